@@ -1,0 +1,20 @@
+"""Language-model backends behind one interface (see base.py). Heavy imports happen on construction."""
+from __future__ import annotations
+
+from ..config import LLMConfig
+from .base import (Backend, BackendError, JsonRequest, JsonResult, LabelRequest, LabelResult, Prompt,
+                   StructuredOutputError, TextRequest, TextResult, Usage)
+
+BACKENDS = ("llamacpp",)
+
+
+def make_backend(cfg: LLMConfig) -> Backend:
+    if cfg.backend == "llamacpp":
+        from .llamacpp import LlamaCppBackend
+
+        return LlamaCppBackend(cfg)
+    raise ValueError(f"unknown LLM backend '{cfg.backend}'; choose one of {BACKENDS}")
+
+
+__all__ = ["Backend", "BackendError", "JsonRequest", "JsonResult", "LabelRequest", "LabelResult", "Prompt",
+           "StructuredOutputError", "TextRequest", "TextResult", "Usage", "make_backend", "BACKENDS"]

@@ -1,0 +1,178 @@
+"""llama.cpp backend (llama-cpp-python), in process, CPU by default.
+
+- labels: one forward pass over the chat-formatted prompt, then the next-token logits of each label's
+  first token: exact, constrained by construction, and gives label probabilities for free;
+- JSON: generation under llama.cpp's own JSON-schema grammar (faster here than outlines over llama.cpp,
+  which also drops the KV cache between calls);
+- text: greedy generation.
+Consecutive prompts share their fixed instructions, and llama.cpp reuses the KV cache for that prefix.
+
+`LlamaCppAdapter` turns our requests into llama.cpp arguments and is tested without the engine;
+`LlamaCppBackend` is the thin wrapper that owns the model.
+"""
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+import numpy as np
+
+from ..config import LLMConfig
+from .base import (Backend, BackendError, JsonRequest, JsonResult, LabelRequest, LabelResult, Prompt,
+                   StructuredOutputError, TextRequest, TextResult, Usage, parse_json_output)
+
+INSTALL = 'CMAKE_ARGS="-DGGML_NATIVE=OFF" pip install "llama-cpp-python>=0.3.8"  (or: pip install -e ".[cpu]")'
+
+
+class LlamaCppAdapter:
+    """Pure translation from requests to llama.cpp call arguments."""
+
+    def __init__(self, cfg: LLMConfig):
+        self.cfg = cfg
+
+    def completion_kwargs(self, max_tokens: int) -> dict[str, Any]:
+        return {"max_tokens": max_tokens, "temperature": self.cfg.temperature, "top_k": 1 if self.cfg.temperature == 0 else 40,
+                "seed": self.cfg.seed, "repeat_penalty": 1.0}
+
+    @staticmethod
+    def schema_key(schema: dict[str, Any]) -> str:
+        return json.dumps(schema, sort_keys=True)
+
+    @staticmethod
+    def label_first_tokens(labels: tuple[str, ...], tokenize) -> list[int] | None:
+        """First token of each label as the model would write it; None when two labels share one."""
+        firsts = [tokenize(label)[0] for label in labels]
+        return firsts if len(set(firsts)) == len(firsts) else None
+
+    @staticmethod
+    def label_grammar(labels: tuple[str, ...]) -> str:
+        return "root ::= " + " | ".join(json.dumps(label) for label in labels)
+
+
+class LlamaCppBackend(Backend):
+    name = "llamacpp"
+
+    def __init__(self, cfg: LLMConfig, model_path: str | None = None):
+        try:
+            from llama_cpp import Llama
+            from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+        except ImportError:
+            raise ImportError(f"the llamacpp backend needs llama-cpp-python: {INSTALL}") from None
+        from ..models import resolve_model
+
+        self.cfg = cfg
+        self.adapter = LlamaCppAdapter(cfg)
+        path = model_path or str(resolve_model(cfg.model))
+        threads = cfg.n_threads or os.cpu_count() or 1
+        self.llm = Llama(model_path=path, n_ctx=cfg.n_ctx, n_threads=threads, n_threads_batch=threads,
+                         n_batch=cfg.n_batch, seed=cfg.seed, verbose=False)
+        template = self.llm.metadata.get("tokenizer.chat_template")
+        if not template:
+            raise BackendError(f"{path} carries no chat template; use a chat/instruct GGUF")
+        tok = self.llm._model
+        self.formatter = Jinja2ChatFormatter(
+            template=template,
+            eos_token=tok.token_get_text(self.llm.token_eos()),
+            bos_token=tok.token_get_text(self.llm.token_bos()),
+        )
+        self._grammars: dict[str, Any] = {}
+        self.model_path = path
+
+    # ---- helpers ---------------------------------------------------------------------------------
+    def format(self, prompt: Prompt) -> str:
+        return self.formatter(messages=prompt.messages()).prompt
+
+    def tokenize(self, text: str, special: bool = True) -> list[int]:
+        return self.llm.tokenize(text.encode("utf-8"), add_bos=False, special=special)
+
+    def count_tokens(self, text: str) -> int:
+        return len(self.tokenize(text, special=False))
+
+    def _grammar(self, key: str, build):
+        if key not in self._grammars:
+            self._grammars[key] = build()
+        return self._grammars[key]
+
+    def _complete(self, prompt: Prompt, max_tokens: int, grammar=None) -> tuple[str, Usage, str]:
+        out = self.llm.create_completion(self.format(prompt), grammar=grammar,
+                                         **self.adapter.completion_kwargs(max_tokens))
+        choice = out["choices"][0]
+        u = out["usage"]
+        return choice["text"], Usage("", u["prompt_tokens"], u["completion_tokens"]), choice.get("finish_reason") or ""
+
+    def _next_logits(self, tokens: list[int]) -> np.ndarray:
+        """Evaluate `tokens`, reusing the cached prefix, and return the last position's logits."""
+        llm = self.llm
+        prefix = 0
+        for a, b in zip(llm._input_ids, tokens[:-1]):
+            if a != b:
+                break
+            prefix += 1
+        llm.n_tokens = prefix
+        llm.eval(tokens[prefix:])
+        return np.ctypeslib.as_array(llm._ctx.get_logits(), shape=(llm.n_vocab(),)).copy()
+
+    # ---- the three request kinds -----------------------------------------------------------------
+    def label_batch(self, requests: list[LabelRequest]) -> list[LabelResult]:
+        results = []
+        for req in requests:
+            firsts = self.adapter.label_first_tokens(req.labels, lambda s: self.tokenize(s, special=False))
+            prompt_text = self.format(req.prompt)
+            if firsts is None:
+                if req.logprobs:
+                    raise BackendError(f"labels {req.labels} share a first token: no label probabilities")
+                g = self._grammar("label:" + "|".join(req.labels), lambda: self._make_grammar_str(
+                    self.adapter.label_grammar(req.labels)))
+                text, usage, _ = self._complete(req.prompt, 8, g)
+                results.append(LabelResult(text.strip(), Usage(req.stage, usage.prompt_tokens, usage.completion_tokens)))
+                continue
+            tokens = self.tokenize(prompt_text)
+            logits = self._next_logits(tokens)[firsts].astype(np.float64)
+            probs = np.exp(logits - logits.max())
+            probs /= probs.sum()
+            best = int(np.argmax(probs))
+            results.append(LabelResult(req.labels[best], Usage(req.stage, len(tokens), 1),
+                                       dict(zip(req.labels, map(float, probs)))))
+        return results
+
+    def _make_grammar_str(self, text: str):
+        from llama_cpp import LlamaGrammar
+
+        return LlamaGrammar.from_string(text, verbose=False)
+
+    def json_batch(self, requests: list[JsonRequest]) -> list[JsonResult | StructuredOutputError]:
+        from llama_cpp import LlamaGrammar
+
+        results: list[Any] = []
+        for req in requests:
+            key = self.adapter.schema_key(req.schema)
+            grammar = self._grammar(key, lambda: LlamaGrammar.from_json_schema(key, verbose=False))
+            total = Usage(req.stage, 0, 0)
+            error = None
+            for _ in range(1 + max(0, self.cfg.max_retries)):
+                raw, usage, finish = self._complete(req.prompt, req.max_tokens, grammar)
+                total.prompt_tokens += usage.prompt_tokens
+                total.completion_tokens += usage.completion_tokens
+                try:
+                    results.append(JsonResult(parse_json_output(raw, req.schema), total, raw))
+                    error = None
+                    break
+                except ValueError as exc:
+                    hint = " (hit max_tokens)" if finish == "length" else ""
+                    error = StructuredOutputError(f"{req.stage}: output did not match the schema{hint}: {exc}", raw, total)
+            if error is not None:
+                results.append(error)
+        return results
+
+    def text_batch(self, requests: list[TextRequest]) -> list[TextResult]:
+        results = []
+        for req in requests:
+            text, usage, _ = self._complete(req.prompt, req.max_tokens)
+            results.append(TextResult(text.strip(), Usage(req.stage, usage.prompt_tokens, usage.completion_tokens)))
+        return results
+
+    def close(self) -> None:
+        llm, self.llm = getattr(self, "llm", None), None
+        if llm is not None:
+            llm.close()

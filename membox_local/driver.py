@@ -1,0 +1,86 @@
+"""Drivers execute the requests that pipeline steps yield.
+
+`Driver.drive` runs one step to completion; `Driver.drive_many` advances many steps together and answers
+every pending request of one kind with one batched call (one generate over all prompts on vLLM, a batch on
+llama.cpp, concurrent requests on OpenAI). Both produce the same store: the steps are identical.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Hashable, Iterable
+
+import numpy as np
+
+from .backends.base import Backend, BackendError, JsonRequest, LabelRequest, StructuredOutputError, TextRequest
+from .embed import Embedder
+from .requests import EmbedRequest, Request, Step
+from .store import Store
+
+KINDS = (EmbedRequest, LabelRequest, JsonRequest, TextRequest)
+
+
+class Driver:
+    def __init__(self, store: Store, embedder: Embedder, backend: Backend | Callable[[], Backend] | None):
+        self.store = store
+        self.embedder = embedder
+        self._backend = backend
+
+    @property
+    def backend(self) -> Backend:
+        if self._backend is None:
+            raise RuntimeError("this step needs a language model, but the driver was given none")
+        if not isinstance(self._backend, Backend):
+            self._backend = self._backend()  # loaded on first use
+        return self._backend
+
+    def execute(self, requests: list[Request], conversations: list[str]) -> list[Any]:
+        """Answer a mixed list of requests, one batched call per kind; failures come back as exceptions."""
+        results: list[Any] = [None] * len(requests)
+        for kind in KINDS:
+            idx = [i for i, r in enumerate(requests) if isinstance(r, kind)]
+            if not idx:
+                continue
+            batch = [requests[i] for i in idx]
+            if kind is EmbedRequest:
+                texts = [t for r in batch for t in r.texts]
+                vecs = self.embedder.encode(texts)
+                pos = 0
+                for i, r in zip(idx, batch):
+                    results[i] = vecs[pos:pos + len(r.texts)]
+                    pos += len(r.texts)
+                continue
+            method = {LabelRequest: self.backend.label, JsonRequest: self.backend.json,
+                      TextRequest: self.backend.text}[kind]
+            for i, res in zip(idx, method(batch)):
+                results[i] = res
+                usage = getattr(res, "usage", None)
+                if usage is not None:
+                    self.store.record_usage(conversations[i], usage.stage, usage.prompt_tokens,
+                                            usage.completion_tokens)
+        return results
+
+    def drive(self, step: Step, conversation_id: str) -> Any:
+        return self.drive_many({0: (conversation_id, step)})[0]
+
+    def drive_many(self, steps: dict[Hashable, tuple[str, Step]]) -> dict[Hashable, Any]:
+        """Advance all steps together; returns each step's return value by key."""
+        done: dict[Hashable, Any] = {}
+        pending: dict[Hashable, Request] = {}
+        for key, (_, step) in steps.items():
+            _advance(key, step, None, pending, done)
+        while pending:
+            keys = list(pending)
+            results = self.execute([pending[k] for k in keys], [steps[k][0] for k in keys])
+            pending = {}
+            for key, res in zip(keys, results):
+                _advance(key, steps[key][1], res, pending, done)
+        return done
+
+
+def _advance(key, step: Step, value: Any, pending: dict, done: dict) -> None:
+    try:
+        if isinstance(value, BaseException):
+            pending[key] = step.throw(value)
+        else:
+            pending[key] = step.send(value)
+    except StopIteration as stop:
+        done[key] = stop.value

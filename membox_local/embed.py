@@ -1,0 +1,75 @@
+"""Sentence embeddings, normalised, with a per-store cache so no text is embedded twice."""
+from __future__ import annotations
+
+import os
+from typing import Sequence
+
+import numpy as np
+
+from .config import EmbedderConfig
+from .store import Store, text_key
+
+
+class Embedder:
+    """Base: `encode` returns an (n, dim) float32 array of unit vectors."""
+
+    model_name = "base"
+    dim = 0
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        raise NotImplementedError
+
+
+class SentenceTransformerEmbedder(Embedder):
+    def __init__(self, cfg: EmbedderConfig):
+        from .models import resolve_model
+
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+        from sentence_transformers import SentenceTransformer
+
+        path = resolve_model(cfg.model)
+        self.model = SentenceTransformer(str(path), device=cfg.device)
+        self.model_name = cfg.model
+        dim_of = getattr(self.model, "get_embedding_dimension", None) or self.model.get_sentence_embedding_dimension
+        self.dim = int(dim_of())
+        self.batch_size = cfg.batch_size
+
+    def encode(self, texts):
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        vecs = self.model.encode(list(texts), batch_size=self.batch_size, normalize_embeddings=True,
+                                 convert_to_numpy=True, show_progress_bar=False)
+        return vecs.astype(np.float32)
+
+
+class CachedEmbedder(Embedder):
+    """Looks texts up in the store first; embeds only the unseen ones, once each, in one batch."""
+
+    def __init__(self, inner: Embedder, store: Store):
+        self.inner, self.store = inner, store
+        self.model_name, self.dim = inner.model_name, inner.dim
+        self.computed = 0
+
+    def encode(self, texts):
+        texts = list(texts)
+        cached = self.store.cached_vectors(self.model_name, texts)
+        missing = list(dict.fromkeys(t for t in texts if text_key(t) not in cached))
+        if missing:
+            vecs = self.inner.encode(missing)
+            self.store.put_vectors(self.model_name, missing, vecs)
+            cached.update({text_key(t): v for t, v in zip(missing, vecs)})
+            self.computed += len(missing)
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        return np.stack([cached[text_key(t)] for t in texts]).astype(np.float32)
+
+
+def make_embedder(cfg: EmbedderConfig) -> Embedder:
+    if cfg.backend == "sentence-transformers":
+        return SentenceTransformerEmbedder(cfg)
+    if cfg.backend == "openai":
+        from .backends.openai import OpenAIEmbedder
+
+        return OpenAIEmbedder(cfg)
+    raise ValueError(f"unknown embedder backend '{cfg.backend}'; choose sentence-transformers or openai")

@@ -1,0 +1,100 @@
+"""hnswlib vector indexes derived from the store: rebuilt from it when missing or stale.
+
+Our ids (box ids, event ids, message uids) map to hnswlib integer labels under one lock; the map, with
+each item's conversation, is saved beside the index so searches can be limited to one conversation.
+"""
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+
+import numpy as np
+
+
+class VectorIndex:
+    def __init__(self, path: Path, dim: int, space: str = "cosine", ef: int = 200, m: int = 32):
+        self.path, self.dim, self.space, self.ef, self.m = Path(path), dim, space, ef, m
+        self._lock = threading.Lock()
+        self.ids: list[int] = []  # label -> our id
+        self.conv: list[str] = []  # label -> conversation id
+        self._label_of: dict[int, int] = {}
+        self._index = None
+        self._load()
+
+    def _new(self, capacity: int):
+        import hnswlib
+
+        index = hnswlib.Index(space=self.space, dim=self.dim)
+        index.init_index(max_elements=max(capacity, 64), ef_construction=self.ef, M=self.m)
+        index.set_ef(self.ef)
+        return index
+
+    def _load(self) -> None:
+        meta = self.path.with_suffix(".ids.json")
+        if not (self.path.exists() and meta.exists()):
+            return
+        import hnswlib
+
+        data = json.loads(meta.read_text())
+        if data.get("dim") != self.dim:
+            return  # built with another embedder: rebuilt by sync()
+        index = hnswlib.Index(space=self.space, dim=self.dim)
+        index.load_index(str(self.path), max_elements=max(len(data["ids"]), 64))
+        index.set_ef(self.ef)
+        self._index, self.ids, self.conv = index, data["ids"], data["conv"]
+        self._label_of = {i: n for n, i in enumerate(self.ids)}
+
+    def __contains__(self, item_id: int) -> bool:
+        return item_id in self._label_of
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def add(self, ids: list[int], conversations: list[str], vectors: np.ndarray) -> None:
+        with self._lock:
+            fresh = [n for n, i in enumerate(ids) if i not in self._label_of]
+            if not fresh:
+                return
+            if self._index is None:
+                self._index = self._new(len(fresh) * 2)
+            need = len(self.ids) + len(fresh)
+            if need > self._index.get_max_elements():
+                self._index.resize_index(need * 2)
+            labels = np.arange(len(self.ids), need)
+            self._index.add_items(np.asarray(vectors, dtype=np.float32)[fresh], labels)
+            for n in fresh:
+                self._label_of[ids[n]] = len(self.ids)
+                self.ids.append(ids[n])
+                self.conv.append(conversations[n])
+
+    def search(self, vector: np.ndarray, k: int, conversation_id: str | None = None) -> list[tuple[int, float]]:
+        """Nearest items as (our id, cosine similarity), best first."""
+        with self._lock:
+            if self._index is None or not self.ids:
+                return []
+            if conversation_id is None:
+                allowed = len(self.ids)
+                filt = None
+            else:
+                allowed = sum(c == conversation_id for c in self.conv)
+                conv = self.conv
+                filt = lambda label: conv[label] == conversation_id  # noqa: E731
+            k = min(k, allowed)
+            if k <= 0:
+                return []
+            self._index.set_ef(max(self.ef, k * 2))
+            labels, dists = self._index.knn_query(np.asarray(vector, dtype=np.float32), k=k, filter=filt)
+            return [(self.ids[int(lab)], 1.0 - float(d)) for lab, d in zip(labels[0], dists[0])]
+
+    def save(self) -> None:
+        with self._lock:
+            if self._index is None:
+                return
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = self.path.with_suffix(".tmp")
+            self._index.save_index(str(tmp))
+            tmp.replace(self.path)
+            self.path.with_suffix(".ids.json").write_text(
+                json.dumps({"dim": self.dim, "ids": self.ids, "conv": self.conv})
+            )

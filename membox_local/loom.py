@@ -1,0 +1,129 @@
+"""Topic Loom: files each arriving message into the open box or seals it and opens a new one.
+
+`Loom` is a per-conversation state machine. `process(message)` is a generator step that yields requests
+(embeddings for the judge, a label call, the extraction call on seal) and writes its outcome to the store.
+Decisions are online: only the open box and the new message are seen, never later messages.
+"""
+from __future__ import annotations
+
+import re
+from typing import Callable, Iterable
+
+from .backends.base import BackendError, JsonRequest
+from .config import Config
+from .judges import Decision, Judge, make_judge
+from .prompts import extract_prompt, extract_schema
+from .records import Box, Event, Message
+from .requests import Step
+from .store import Store
+
+_WORD = re.compile(r"[a-z0-9]+")
+_STOP = frozenset(
+    "a an the and or but if of to in on at for with by from about as is are was were be been being i you he "
+    "she it we they me him her us them my your his its our their this that these those do did does have has "
+    "had will would can could should just so very really too also not no yes up out over then than there "
+    "here what when where who how which im ive its dont going went get got".split()
+)
+
+
+def content_words(text: str) -> list[str]:
+    return [w for w in _WORD.findall(text.lower()) if w not in _STOP and len(w) > 1]
+
+
+def grounding(event: str, source: str) -> float:
+    """Share of the event's content words found in the source (matched on a 5-letter prefix)."""
+    words = content_words(event)
+    if not words:
+        return 0.0
+    have = {w[:5] for w in content_words(source)}
+    return sum(w[:5] in have for w in words) / len(words)
+
+
+class Loom:
+    def __init__(self, conversation_id: str, store: Store, cfg: Config, judge: Judge | None = None,
+                 after_extract: Callable[[Box], Step] | None = None):
+        self.conversation_id = conversation_id
+        self.store = store
+        self.cfg = cfg
+        self.judge = judge or make_judge(cfg.loom)
+        self.box: Box | None = store.current_open_box(conversation_id)
+        self.after_extract = after_extract  # e.g. the Trace Weaver's step for a newly extracted box
+
+    # ---- the decision ---------------------------------------------------------------------------
+    def process(self, m: Message) -> Step:
+        """File one message; on a seal, extract the sealed box. Returns the Decision."""
+        lc, box = self.cfg.loom, self.box
+        if box is None:
+            decision = Decision(False, "first")
+        elif lc.seal_on_session_change and m.session != box.session:
+            decision = Decision(False, "session")
+        elif len(box.messages) < lc.min_box_messages:
+            decision = Decision(True, "min-context")
+        elif len(box.messages) >= lc.max_box_messages:
+            decision = Decision(False, "max-size")
+        else:
+            decision = yield from self.judge.decide(box.messages, m)
+
+        sealed = None
+        with self.store.transaction():
+            if not decision.continues:
+                if box is not None:
+                    self.store.set_box_status(box.id, "sealed")
+                    sealed = box
+                box_id = self.store.open_box(m)
+                self.box = Box(box_id, m.conversation_id, m.session, m.session_date)
+            self.store.file_message(m, self.box.id, decision.label, decision.score)
+        self.box.messages.append(m)
+        if sealed is not None:
+            sealed.status = "sealed"
+            yield from self.extract(sealed)
+        return decision
+
+    def seal_open(self) -> Step:
+        """Seal and extract the open box (end of a conversation or of a batch build)."""
+        if self.box is not None and self.box.messages:
+            box, self.box = self.box, None
+            self.store.set_box_status(box.id, "sealed")
+            yield from self.extract(box)
+
+    def finish_pending(self) -> Step:
+        """Extract boxes sealed earlier whose extraction never finished or failed (resume)."""
+        for box in self.store.boxes(self.conversation_id, status="sealed") + \
+                self.store.boxes(self.conversation_id, status="failed"):
+            yield from self.extract(box)
+
+    # ---- extraction -----------------------------------------------------------------------------
+    def extract(self, box: Box) -> Step:
+        ec = self.cfg.extract
+        try:
+            res = yield JsonRequest(
+                extract_prompt(box.messages, box.session_date), extract_schema(ec), stage="extract",
+                max_tokens=ec.max_tokens,
+            )
+        except BackendError as exc:
+            # Recorded, shown by `membox show` and the build summary, retried by the next build.
+            self.store.set_box_status(box.id, "failed", error=f"extraction failed: {exc}")
+            box.status = "failed"
+            return box
+        data = res.data
+        source = box.text()
+        events = []
+        for text in _dedupe(data.get("events", [])):
+            events.append(Event(0, box.id, box.conversation_id, text, box.session_date, grounding(text, source)))
+        box.topic = data.get("topic", "").strip()
+        box.keywords = _dedupe(data.get("keywords", []))
+        box.events = self.store.save_extraction(box.id, box.topic, box.keywords, events)
+        box.status = "extracted"
+        if self.after_extract is not None:
+            yield from self.after_extract(box)
+        return box
+
+
+def _dedupe(items: Iterable[str]) -> list[str]:
+    seen, out = set(), []
+    for item in items:
+        item = " ".join(str(item).split())
+        if item and item.lower() not in seen:
+            seen.add(item.lower())
+            out.append(item)
+    return out

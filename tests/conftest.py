@@ -1,0 +1,47 @@
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from membox_local.config import Config, load_config
+from membox_local.memory import Memory
+
+from fakes import FakeBackend, FakeEmbedder
+
+REPO = Path(__file__).resolve().parent.parent
+DATA_DIR = Path(os.environ.get("MEMBOX_DATA", REPO.parent / "shared" / "data"))
+DEMO = REPO / "membox_local" / "data" / "demo.jsonl"
+
+
+@pytest.fixture
+def cfg() -> Config:
+    c = load_config("cpu")
+    c.loom.threshold = 0.15
+    return c
+
+
+@pytest.fixture
+def fake_backend() -> FakeBackend:
+    return FakeBackend()
+
+
+@pytest.fixture
+def fake_embedder() -> FakeEmbedder:
+    return FakeEmbedder()
+
+
+@pytest.fixture
+def memory(tmp_path, cfg, fake_backend, fake_embedder) -> Memory:
+    mem = Memory(tmp_path / "mem", cfg, backend=fake_backend, embedder=fake_embedder)
+    yield mem
+    mem.close()
+
+
+@pytest.fixture
+def locomo_path() -> Path:
+    p = DATA_DIR / "locomo-dev.json"
+    if not p.exists():
+        pytest.skip(f"LoCoMo dev data not found at {p} (set MEMBOX_DATA)")
+    return p

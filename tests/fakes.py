@@ -1,0 +1,112 @@
+"""Deterministic test doubles for the backend and the embedder (tests only, never in the package)."""
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+
+import numpy as np
+
+from membox_local.backends.base import (Backend, JsonResult, LabelResult, StructuredOutputError, TextResult,
+                                        Usage, parse_json_output)
+from membox_local.embed import Embedder
+
+WORD = re.compile(r"[a-z]+")
+STOP = set("the a an and or i you to of in on at is it my me we he she for with that this was so do did".split())
+
+
+class FakeEmbedder(Embedder):
+    """Bag of hashed words: texts sharing words are similar, others near-orthogonal."""
+
+    model_name = "fake-bow"
+    dim = 256
+
+    def __init__(self):
+        self.calls = 0
+        self.texts = 0
+
+    def encode(self, texts):
+        self.calls += 1
+        self.texts += len(texts)
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        for i, t in enumerate(texts):
+            for w in WORD.findall(t.lower()):
+                if w in STOP:
+                    continue
+                h = int(hashlib.md5(w.encode()).hexdigest(), 16)
+                out[i, h % self.dim] += 1.0
+            n = np.linalg.norm(out[i])
+            out[i] = out[i] / n if n else out[i]
+        if len(texts) == 0:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        return out
+
+
+def _lines(prompt_user: str) -> list[str]:
+    return [l for l in prompt_user.splitlines() if re.match(r"^[A-Z][\w ]*: ", l)]
+
+
+class FakeBackend(Backend):
+    """Answers from the prompt text by fixed rules. `fail_extract` makes the next N extractions fail."""
+
+    name = "fake"
+
+    def __init__(self):
+        self.calls: list[tuple[str, str]] = []
+        self.fail_extract = 0
+        self.batches: list[int] = []
+        self.responder = None  # optional callable(request) -> dict for JSON stages
+
+    def _usage(self, req, out: str) -> Usage:
+        return Usage(req.stage, len(req.prompt.user.split()) + len(req.prompt.system.split()), len(out.split()) or 1)
+
+    def label_batch(self, requests):
+        self.batches.append(len(requests))
+        out = []
+        for r in requests:
+            self.calls.append((r.stage, r.prompt.user))
+            lines = _lines(r.prompt.user)
+            words = [set(WORD.findall(l.lower())) - STOP for l in lines]
+            overlap = len(words[-1] & set().union(*words[:-1])) if len(words) > 1 else 1
+            label = r.labels[0] if overlap else r.labels[-1]
+            probs = {l: (0.9 if l == label else 0.1 / (len(r.labels) - 1)) for l in r.labels}
+            out.append(LabelResult(label, self._usage(r, label), probs if r.logprobs else None))
+        return out
+
+    def json_batch(self, requests):
+        self.batches.append(len(requests))
+        out = []
+        for r in requests:
+            self.calls.append((r.stage, r.prompt.user))
+            if r.stage == "extract" and self.fail_extract > 0:
+                self.fail_extract -= 1
+                out.append(StructuredOutputError("extract: output did not match the schema", "{", self._usage(r, "{")))
+                continue
+            if self.responder is not None and (data := self.responder(r)) is not None:
+                raw = json.dumps(data)
+            else:
+                raw = json.dumps(self._extract(r))
+            out.append(JsonResult(parse_json_output(raw, r.schema), self._usage(r, raw), raw))
+        return out
+
+    def _extract(self, r) -> dict:
+        lines = _lines(r.prompt.user)
+        text = " ".join(l.split(": ", 1)[1] for l in lines)
+        words = [w for w in WORD.findall(text.lower()) if w not in STOP and len(w) > 3]
+        kws = list(dict.fromkeys(words))[: r.schema["properties"]["keywords"]["maxItems"]]
+        events = [l.split(": ", 1)[1][:150] for l in lines if re.search(r"\bI (signed|adopted|started|booked|ran|made)\b", l)]
+        return {"topic": " ".join(kws[:3]), "keywords": kws,
+                "events": events[: r.schema["properties"]["events"]["maxItems"]]}
+
+    def text_batch(self, requests):
+        self.batches.append(len(requests))
+        out = []
+        for r in requests:
+            self.calls.append((r.stage, r.prompt.user))
+            q = r.prompt.user.rsplit("Question:", 1)[-1]
+            qwords = set(WORD.findall(q.lower())) - STOP
+            best = max(_lines(r.prompt.user) or ["none: not mentioned"],
+                       key=lambda l: len(qwords & set(WORD.findall(l.lower()))))
+            ans = best.split(": ", 1)[1]
+            out.append(TextResult(ans, self._usage(r, ans)))
+        return out

@@ -1,0 +1,100 @@
+"""Topic Loom logic through the deterministic doubles."""
+from __future__ import annotations
+
+import pytest
+
+from membox_local.loom import grounding
+from membox_local.memory import Memory
+from membox_local.records import Message
+
+from fakes import FakeBackend, FakeEmbedder
+
+
+def msgs(conv, rows, session="1", date="1 May 2024", start=0):
+    return [Message(conv, f"m{start + i}", sp, t, session, date) for i, (sp, t) in enumerate(rows)]
+
+
+GARDEN = [("A", "I planted tomatoes in the garden today"), ("B", "Nice, which tomatoes did you plant?"),
+          ("A", "Cherry tomatoes, the garden gets lots of sun"), ("B", "Tomatoes love sun in a garden")]
+CARS = [("A", "My car broke down on the highway"), ("B", "Oh no, did the car need a tow truck?"),
+        ("A", "Yes, the tow truck took the car to a mechanic")]
+
+
+def test_topic_shift_opens_a_new_box(memory):
+    memory.add(msgs("c", GARDEN + CARS), seal=True)
+    boxes = memory.boxes("c")
+    assert [len(b.messages) for b in boxes] == [4, 3]
+    assert all(b.status == "extracted" for b in boxes)
+    assert "tomatoes" in boxes[0].keywords and "highway" in boxes[1].keywords
+
+
+def test_minimal_context_rule_keeps_one_reply_unjudged(memory):
+    # the reply right after a shift shares no words with the new box, yet stays in it
+    rows = GARDEN + [("A", "My car broke down on the highway"), ("B", "Sorry to hear that!"),
+                     ("A", "The mechanic says the car needs new brakes")]
+    memory.add(msgs("c", rows), seal=True)
+    boxes = memory.boxes("c")
+    assert [m.text for m in boxes[1].messages][:2] == ["My car broke down on the highway", "Sorry to hear that!"]
+    decisions = [r["decision"] for r in memory.store.message_rows("c")]
+    assert decisions[4:6] == ["no", "min-context"]
+
+
+def test_session_change_always_seals(memory):
+    memory.add(msgs("c", GARDEN[:2]) + msgs("c", GARDEN[2:], session="2", date="9 May 2024", start=2), seal=True)
+    boxes = memory.boxes("c")
+    assert [b.session for b in boxes] == ["1", "2"]
+    assert boxes[1].session_date == "9 May 2024"
+    assert memory.store.message_rows("c")[2]["decision"] == "session"
+
+
+def test_max_box_size_seals(memory):
+    memory.config.loom.max_box_messages = 3
+    memory.add(msgs("c", GARDEN * 2), seal=True)
+    assert all(len(b.messages) <= 3 for b in memory.boxes("c"))
+
+
+def test_no_look_ahead_decisions_do_not_change_with_later_messages(tmp_path, cfg):
+    a = Memory(tmp_path / "a", cfg, backend=FakeBackend(), embedder=FakeEmbedder())
+    b = Memory(tmp_path / "b", cfg, backend=FakeBackend(), embedder=FakeEmbedder())
+    a.add(msgs("c", GARDEN + CARS[:1]))
+    b.add(msgs("c", GARDEN + CARS))
+    da = [r["decision"] for r in a.store.message_rows("c")]
+    db = [r["decision"] for r in b.store.message_rows("c")]
+    assert db[: len(da)] == da
+
+
+def test_events_are_grounded_and_dated(memory):
+    rows = [("A", "I signed up for the city marathon"), ("B", "Wow, when is the city marathon?")]
+    memory.add(msgs("c", rows), seal=True)
+    box = memory.boxes("c")[0]
+    assert [e.text for e in box.events] == ["I signed up for the city marathon"]
+    assert box.events[0].date == "1 May 2024" and box.events[0].grounding == 1.0
+    assert grounding("Maya adopted a purple dragon", "A: I signed up for the city marathon") == 0.0
+
+
+def test_failed_extraction_is_recorded_then_retried(memory, fake_backend):
+    fake_backend.fail_extract = 1
+    memory.add(msgs("c", GARDEN + CARS), seal=True)
+    boxes = memory.boxes("c")
+    assert boxes[0].status == "failed" and "extraction failed" in boxes[0].error
+    assert boxes[0].topic == "" and boxes[1].status == "extracted"
+    memory.add([])  # a rerun retries what failed
+    assert all(b.status == "extracted" for b in memory.boxes("c"))
+
+
+def test_llm_judge_uses_label_calls(tmp_path, cfg):
+    cfg.loom.judge = "llm"
+    backend = FakeBackend()
+    mem = Memory(tmp_path / "m", cfg, backend=backend, embedder=FakeEmbedder())
+    mem.add(msgs("c", GARDEN + CARS), seal=True)
+    assert [len(b.messages) for b in mem.boxes("c")] == [4, 3]
+    stages = mem.store.usage_by_stage("c")
+    assert stages["judge"]["calls"] == 4  # messages 2, 3, 4 and 6; 0 opens, 1 and 5 are min-context
+    assert stages["extract"]["calls"] == 2
+
+
+def test_unknown_judge_is_a_clear_error(tmp_path, cfg):
+    cfg.loom.judge = "psychic"
+    mem = Memory(tmp_path / "m", cfg, backend=FakeBackend(), embedder=FakeEmbedder())
+    with pytest.raises(ValueError, match="unknown continuity judge 'psychic'"):
+        mem.add(msgs("c", GARDEN))
