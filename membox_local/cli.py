@@ -14,6 +14,11 @@ from .store import StoreError
 
 DEMO_DATA = Path(__file__).parent / "data" / "demo.jsonl"
 
+# Modules under membox_local/evaluation/ that add a `membox eval <name>` subcommand via add_parser(subparsers).
+EVAL_MODULES: list[str] = []
+# Other modules that add a top-level subcommand via add_parser(subparsers).
+COMMAND_MODULES: list[str] = []
+
 
 def _progress(total: int, desc: str):
     from tqdm import tqdm
@@ -159,6 +164,15 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--store", default="stores/demo")
     d.add_argument("--config", default="cpu")
     d.set_defaults(func=cmd_demo)
+
+    import importlib
+
+    ev = sub.add_parser("eval", help="evaluations (LoCoMo QA and retrieval, topic segmentation)")
+    evsub = ev.add_subparsers(dest="eval_cmd", required=True)
+    for name in EVAL_MODULES:
+        importlib.import_module(f"membox_local.evaluation.{name}").add_parser(evsub)
+    for name in COMMAND_MODULES:
+        importlib.import_module(f"membox_local.{name}").add_parser(sub)
     return p
 
 

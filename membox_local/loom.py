@@ -7,10 +7,10 @@ Decisions are online: only the open box and the new message are seen, never late
 from __future__ import annotations
 
 import re
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Sequence
 
 from .backends.base import BackendError, JsonRequest
-from .config import Config
+from .config import Config, LoomConfig
 from .judges import Decision, Judge, make_judge
 from .prompts import extract_prompt, extract_schema
 from .records import Box, Event, Message
@@ -39,6 +39,22 @@ def grounding(event: str, source: str) -> float:
     return sum(w[:5] in have for w in words) / len(words)
 
 
+def decide(lc: LoomConfig, judge: Judge, open_box: Sequence[Message], m: Message) -> Step:
+    """The online continuity rule: does `m` continue the open box (its messages so far)?
+
+    The only place the rule lives: the Loom and `membox eval segmentation` both call it.
+    """
+    if not open_box:
+        return Decision(False, "first")
+    if lc.seal_on_session_change and m.session != open_box[-1].session:
+        return Decision(False, "session")
+    if len(open_box) < lc.min_box_messages:
+        return Decision(True, "min-context")
+    if len(open_box) >= lc.max_box_messages:
+        return Decision(False, "max-size")
+    return (yield from judge.decide(open_box, m))
+
+
 class Loom:
     def __init__(self, conversation_id: str, store: Store, cfg: Config, judge: Judge | None = None,
                  after_extract: Callable[[Box], Step] | None = None):
@@ -52,17 +68,8 @@ class Loom:
     # ---- the decision ---------------------------------------------------------------------------
     def process(self, m: Message) -> Step:
         """File one message; on a seal, extract the sealed box. Returns the Decision."""
-        lc, box = self.cfg.loom, self.box
-        if box is None:
-            decision = Decision(False, "first")
-        elif lc.seal_on_session_change and m.session != box.session:
-            decision = Decision(False, "session")
-        elif len(box.messages) < lc.min_box_messages:
-            decision = Decision(True, "min-context")
-        elif len(box.messages) >= lc.max_box_messages:
-            decision = Decision(False, "max-size")
-        else:
-            decision = yield from self.judge.decide(box.messages, m)
+        box = self.box
+        decision = yield from decide(self.cfg.loom, self.judge, box.messages if box else [], m)
 
         sealed = None
         with self.store.transaction():

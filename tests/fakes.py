@@ -103,9 +103,9 @@ class FakeBackend(Backend):
         out = []
         for r in requests:
             self.calls.append((r.stage, r.prompt.user))
-            q = r.prompt.user.rsplit("Question:", 1)[-1]
+            memory, _, q = r.prompt.user.rpartition("Question:")
             qwords = set(WORD.findall(q.lower())) - STOP
-            best = max(_lines(r.prompt.user) or ["none: not mentioned"],
+            best = max(_lines(memory) or ["none: not mentioned"],
                        key=lambda l: len(qwords & set(WORD.findall(l.lower()))))
             ans = best.split(": ", 1)[1]
             out.append(TextResult(ans, self._usage(r, ans)))

@@ -1,0 +1,1 @@
+"""Evaluations: each module here defines `add_parser(subparsers)` and is listed in cli.EVAL_MODULES."""

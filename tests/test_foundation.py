@@ -1,0 +1,209 @@
+"""Store, ingestion, config, model location, driver batching and compact retrieval, through the doubles."""
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+
+from membox_local import models
+from membox_local.cli import main
+from membox_local.config import ConfigError, load_config
+from membox_local.driver import Driver
+from membox_local.ingest import InputError, load_jsonl, load_locomo
+from membox_local.memory import Memory
+from membox_local.records import Message
+from membox_local.retrieve import count_tokens
+from membox_local.store import Store, StoreError
+
+from conftest import DEMO
+from fakes import FakeBackend, FakeEmbedder
+
+
+# ---- store ----------------------------------------------------------------------------------------
+def test_store_is_wal_versioned_and_idempotent(tmp_path):
+    s = Store(tmp_path / "m.db")
+    assert s.db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert s.get_meta("schema_version") == "1"
+    m = [Message("c", "1", "A", "hi"), Message("c", "2", "B", "hello")]
+    assert s.add_messages(m) == 2
+    assert s.add_messages(m) == 0
+    assert [x.seq for x in s.messages("c")] == [0, 1]
+    with pytest.raises(StoreError, match="c/1 is already stored with other content"):
+        s.add_messages([Message("c", "1", "A", "changed")])
+
+
+def test_store_refuses_a_newer_schema(tmp_path):
+    s = Store(tmp_path / "m.db")
+    s.set_meta("schema_version", "99")
+    s.close()
+    with pytest.raises(StoreError, match="schema version 99"):
+        Store(tmp_path / "m.db")
+
+
+def test_embeddings_are_cached_by_text(memory, fake_embedder):
+    memory.embedder.encode(["a b c", "d e f"])
+    memory.embedder.encode(["a b c", "d e f", "a b c"])
+    assert fake_embedder.texts == 2
+
+
+# ---- ingestion ------------------------------------------------------------------------------------
+def test_demo_conversation_loads():
+    msgs = load_jsonl(DEMO)
+    assert len(msgs) == 40 and {m.session for m in msgs} == {"1", "2", "3"}
+
+
+@pytest.mark.parametrize("line,error", [
+    ('{"conversation_id": "c", "message_id": "1", "speaker": "A"}', "line 2: field 'text' is missing"),
+    ('{"conversation_id": "c", "message_id": "1", "speaker": "A", "text": "x", "mood": 1}', "line 2: unknown fields"),
+    ('not json', "line 2: not valid JSON"),
+    ('{"conversation_id": "c", "message_id": "0", "speaker": "A", "text": "dup"}', "message id 0 appears twice"),
+])
+def test_bad_jsonl_names_file_and_record(tmp_path, line, error):
+    p = tmp_path / "bad.jsonl"
+    p.write_text('{"conversation_id": "c", "message_id": "0", "speaker": "A", "text": "ok"}\n' + line + "\n")
+    with pytest.raises(InputError, match=error) as exc:
+        load_jsonl(p)
+    assert str(p) in str(exc.value)
+
+
+def test_bad_input_leaves_no_store(tmp_path, capsys):
+    p = tmp_path / "bad.jsonl"
+    p.write_text('{"conversation_id": "c", "message_id": "0", "speaker": "A", "text": ""}\n')
+    store = tmp_path / "store"
+    assert main(["build", str(p), "--store", str(store)]) == 2
+    assert "line 1: field 'text'" in capsys.readouterr().err
+    assert not store.exists()
+
+
+def test_locomo_loader(locomo_path):
+    msgs = load_locomo(locomo_path, ["conv-26"])
+    assert msgs[0].message_id == "D1:1" and msgs[0].session == "1" and "2023" in msgs[0].session_date
+    sessions = [int(m.session) for m in msgs]
+    assert sessions == sorted(sessions)
+    with pytest.raises(InputError, match="no conversation \\['conv-999'\\]"):
+        load_locomo(locomo_path, ["conv-999"])
+
+
+# ---- config ---------------------------------------------------------------------------------------
+def test_configs_load_and_typos_fail(tmp_path):
+    assert load_config("cpu").llm.model == "qwen2.5-coder-0.5b"
+    assert load_config("cpu-fast").llm.model == "smollm2-135m"
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[loom]\nthreshhold = 0.4\n")
+    with pytest.raises(ConfigError, match="unknown key 'threshhold'"):
+        load_config(bad)
+    bad.write_text("[loom]\nwindow = 'two'\n")
+    with pytest.raises(ConfigError, match="loom.*window: expected int"):
+        load_config(bad)
+
+
+# ---- models ---------------------------------------------------------------------------------------
+def test_chunked_model_is_joined_and_verified(tmp_path, monkeypatch):
+    parts = [tmp_path / "p1.bin", tmp_path / "p2.bin"]
+    parts[0].write_bytes(b"hello ")
+    parts[1].write_bytes(b"world")
+    files = {("pkg1", "a"): parts[0], ("pkg2", "b"): parts[1]}
+    monkeypatch.setattr(models, "_package_file", lambda pkg, rel, install: files[(pkg, rel)])
+    monkeypatch.setenv("MEMBOX_CACHE", str(tmp_path / "cache"))
+    spec = models.ModelSpec("toy", "chunked", ["pkg1", "pkg2"], ["a", "b"],
+                            hashlib.sha256(b"hello world").hexdigest(), 11)
+    path = models.resolve_model("toy", {"toy": spec})
+    assert path.read_bytes() == b"hello world"
+    spec.sha256 = "0" * 64
+    (tmp_path / "cache" / "toy.sha256").unlink()
+    with pytest.raises(models.ModelNotFound, match="joined chunks have sha256"):
+        models.resolve_model("toy", {"toy": spec})
+
+
+def test_unknown_model_names_the_manifest():
+    with pytest.raises(models.ModelNotFound, match="neither an existing path nor a name"):
+        models.resolve_model("gpt-17")
+
+
+# ---- resumable, batched builds --------------------------------------------------------------------
+def _snapshot(mem: Memory):
+    return [(b.session, [m.message_id for m in b.messages], b.topic, b.keywords, [e.text for e in b.events])
+            for b in mem.boxes()]
+
+
+def test_interrupted_build_resumes_without_loss_or_doubling(tmp_path, cfg):
+    msgs = load_jsonl(DEMO)
+    ref = Memory(tmp_path / "ref", cfg, backend=FakeBackend(), embedder=FakeEmbedder())
+    ref.add(msgs, seal=True)
+
+    class Crash(Exception):
+        pass
+
+    mem = Memory(tmp_path / "m", cfg, backend=FakeBackend(), embedder=FakeEmbedder())
+    seen = []
+
+    def progress(n):
+        seen.append(n)
+        if len(seen) == 17:
+            raise Crash()
+
+    with pytest.raises(Crash):
+        mem.add(msgs, seal=True, progress=progress)
+    mem.close()
+    again = Memory(tmp_path / "m", cfg, backend=FakeBackend(), embedder=FakeEmbedder())
+    assert again.add(msgs, seal=True) == 0  # nothing new, the rest filed
+    assert _snapshot(again) == _snapshot(ref)
+    assert len(again.store.message_rows()) == 40
+
+
+def test_batched_build_equals_one_at_a_time(tmp_path, cfg):
+    msgs = load_jsonl(DEMO)
+    convs = {}
+    for k in range(3):  # three copies of the demo as three conversations
+        convs[f"c{k}"] = [Message(f"c{k}", m.message_id, m.speaker, m.text, m.session, m.session_date) for m in msgs]
+    one = Memory(tmp_path / "one", cfg, backend=FakeBackend(), embedder=FakeEmbedder())
+    for c, ms in convs.items():
+        one.add(ms, seal=True)
+    backend = FakeBackend()
+    many = Memory(tmp_path / "many", cfg, backend=backend, embedder=FakeEmbedder())
+    many.store.add_messages([m for ms in convs.values() for m in ms])
+    Driver(many.store, many.embedder, backend).drive_many(
+        {c: (c, many.conversation_step(c, seal=True)) for c in convs})
+    def per_conversation(mem):
+        return sorted((b.conversation_id, s) for b, s in zip(mem.boxes(), _snapshot(mem)))
+
+    assert per_conversation(many) == per_conversation(one)
+    assert max(backend.batches) == 3  # extraction requests of the three conversations went together
+
+
+# ---- retrieval ------------------------------------------------------------------------------------
+def test_compact_retrieval_respects_budget_and_time_order(memory):
+    memory.add(load_jsonl(DEMO), seal=True)
+    ctx = memory.context("What is the name of Tom's cat?", k=10, budget_tokens=120)
+    assert 0 < ctx.tokens <= 120
+    ctx = memory.context("Maya knee physio long run", k=3, budget_tokens=2000)
+    assert len(ctx.box_ids) == 3
+    firsts = [memory.store.box(b).messages[0].seq for b in ctx.box_ids]
+    assert firsts == sorted(firsts)
+    assert ctx.text.startswith("[")  # each box under its date and topic
+    hits = memory.search("physio knee", k=1)
+    assert "physio" in hits[0][0].text()
+
+
+def test_answer_uses_the_backend_and_records_usage(memory):
+    memory.add(load_jsonl(DEMO), seal=True)
+    ans = memory.answer("What is the name of Tom's cat?")
+    assert "Pepper" in ans.text
+    assert memory.store.usage_by_stage()["answer"]["calls"] == 1
+
+
+def test_index_is_rebuilt_from_the_store(tmp_path, cfg):
+    mem = Memory(tmp_path / "m", cfg, backend=FakeBackend(), embedder=FakeEmbedder())
+    mem.add(load_jsonl(DEMO), seal=True)
+    first = mem.search("Pepper cat shelter", k=2)
+    mem.close()
+    for f in (tmp_path / "m").glob("boxes.*"):
+        f.unlink()
+    again = Memory(tmp_path / "m", cfg, backend=FakeBackend(), embedder=FakeEmbedder())
+    assert [b.id for b, _ in again.search("Pepper cat shelter", k=2)] == [b.id for b, _ in first]
+
+
+def test_count_tokens_is_model_free():
+    assert count_tokens("Hi, Tom! It's 5 am.") == 10
