@@ -1,0 +1,7 @@
+"""membox_local: long-term conversational memory by topic continuity, on local models."""
+from .config import Config, load_config
+from .memory import Answer, Memory
+from .records import Box, Event, Message, Trace
+
+__all__ = ["Memory", "Answer", "Message", "Box", "Event", "Trace", "Config", "load_config"]
+__version__ = "0.1.0"
