@@ -15,44 +15,97 @@ from .store import StoreError
 DEMO_DATA = Path(__file__).parent / "data" / "demo.jsonl"
 
 # Modules under membox_local/evaluation/ that add a `membox eval <name>` subcommand via add_parser(subparsers).
-EVAL_MODULES: list[str] = []
+EVAL_MODULES: list[str] = ["segmentation", "locomo"]
 # Other modules that add a top-level subcommand via add_parser(subparsers).
-COMMAND_MODULES: list[str] = []
+COMMAND_MODULES: list[str] = ["compare"]
 
 
-def _progress(total: int, desc: str):
+def _progress(total: int | None, desc: str):
     from tqdm import tqdm
 
-    return tqdm(total=total, desc=desc, unit="msg", dynamic_ncols=True, file=sys.stderr)
+    return tqdm(total=total, desc=desc, unit="turn", dynamic_ncols=True, file=sys.stderr)  # turns/s and ETA
 
 
 def cmd_build(args) -> int:
     from .memory import Memory
+    from .scheduler import build_conversations
 
+    if args.batch_size < 1 or args.jobs < 1:
+        raise InputError(f"--batch-size and --jobs must be at least 1 (got {args.batch_size}, {args.jobs})")
     messages = load_messages(args.data, args.conversations)  # validated in full before any write
     cfg = load_config(args.config)
-    with Memory(args.store, cfg) as mem:
+    convs = list(dict.fromkeys(m.conversation_id for m in messages))
+    if args.engine == "ray":
+        return _build_ray(args, messages, convs, cfg)
+    if (Path(args.store) / "shards.json").exists():
+        raise InputError(f"{args.store} is sharded (built with --engine ray); rerun with --engine ray")
+    with Memory(args.store, cfg, backend=_local_backend(cfg, args.jobs)) as mem:
         before = len(mem.store.message_rows())
         added = mem.store.add_messages(messages)
-        convs = list(dict.fromkeys(m.conversation_id for m in messages))
         pending = sum(len(mem.store.pending_messages(c)) for c in convs)
         print(f"{args.store}: {added} new messages ({before} already stored), {pending} to file, "
-              f"{len(convs)} conversation(s), config {cfg.name}", file=sys.stderr)
+              f"{len(convs)} conversation(s), config {cfg.name}, batch size {args.batch_size}", file=sys.stderr)
         t0 = time.time()
-        driver = mem.driver()
         with _progress(pending, "loom") as bar:
-            for conv in convs:
-                bar.set_postfix_str(conv)
-                driver.drive(mem.conversation_step(conv, seal=not args.keep_open, progress=bar.update), conv)
-        mem.sync_box_index()
-        stats = mem.stats()
-        stats["wall_s"] = round(time.time() - t0, 2)
-        failed = stats["box_status"].get("failed", 0)
-        print(json.dumps(stats, indent=2))
-        if failed:
-            print(f"warning: {failed} box(es) failed extraction (see `membox show {args.store} --failed`); "
-                  f"rerun the same build to retry them", file=sys.stderr)
+            report = build_conversations(mem, convs, args.batch_size, seal=not args.keep_open, progress=bar.update,
+                                         on_conversation=lambda c: bar.set_postfix_str(f"done {c}", refresh=False))
+        _finish_build(mem, convs, args.store, time.time() - t0, {"batched_calls": report.calls,
+                                                                 "requests": report.requests})
     return 0
+
+
+def _local_backend(cfg, jobs: int):
+    """--jobs on the local engine: llama.cpp model instances sharing the cores (see backends/llamacpp.py)."""
+    if jobs == 1:
+        return None  # the config's backend, made on first use
+    if cfg.llm.backend != "llamacpp":
+        raise InputError(f"--jobs {jobs} with the local engine splits llama.cpp over several model instances; "
+                         f"the {cfg.llm.backend} backend batches by itself: use --batch-size, or --engine ray")
+    from .backends.llamacpp import LlamaCppPool
+
+    return lambda: LlamaCppPool(cfg.llm, jobs)
+
+
+def _build_ray(args, messages, convs, cfg) -> int:
+    from .engines.ray_engine import build_with_ray, read_manifest, require_ray
+    from .memory import Memory
+
+    read_manifest(Path(args.store), args.jobs)  # a local-engine store or another shard count: refused first
+    try:
+        require_ray()
+    except ImportError as exc:
+        raise InputError(str(exc)) from None
+
+    print(f"{args.store}: {len(messages)} messages, {len(convs)} conversation(s) over {args.jobs} Ray actor(s), "
+          f"config {cfg.name}, batch size {args.batch_size}", file=sys.stderr)
+    t0 = time.time()
+    with _progress(None, "loom") as bar:
+        report = build_with_ray(args.store, messages, cfg, args.jobs, args.batch_size, seal=not args.keep_open,
+                                address=args.ray_address, shard_dir=args.shard_dir, cpus_per_job=args.cpus_per_job,
+                                gpus_per_job=args.gpus_per_job, progress=bar.update,
+                                on_pending=lambda n: bar.reset(total=n))
+    with Memory(args.store, cfg) as mem:
+        _finish_build(mem, convs, args.store, time.time() - t0,
+                      {"engine": "ray", "per_shard": [{k: r[k] for k in ("shard", "conversations", "messages",
+                                                                         "wall_s", "calls")}
+                                                      for r in report["per_shard"]]})
+    return 0
+
+
+def _finish_build(mem, convs: list[str], store: str, wall_s: float, extra: dict) -> None:
+    mem.sync_box_index()
+    stats = mem.stats()
+    stats["wall_s"] = round(wall_s, 2)
+    stats.update(extra)
+    failed = stats["box_status"].get("failed", 0)
+    print(json.dumps(stats, indent=2))
+    if failed:
+        print(f"warning: {failed} box(es) failed extraction (see `membox show {store} --failed`); "
+              f"rerun the same build to retry them", file=sys.stderr)
+    unwoven = sum(len(mem.store.unwoven_boxes(c)) for c in convs) if mem.weaver is not None else 0
+    if unwoven:
+        print(f"warning: {unwoven} box(es) not woven into traces (a weaving call failed; the box's error is in "
+              f"`membox show {store}`); rerun the same build to retry them", file=sys.stderr)
 
 
 def cmd_ask(args) -> int:
@@ -110,7 +163,8 @@ def cmd_show(args) -> int:
 def cmd_demo(args) -> int:
     store = Path(args.store)
     rc = cmd_build(argparse.Namespace(data=str(DEMO_DATA), store=str(store), config=args.config,
-                                      conversations=None, keep_open=False))
+                                      conversations=None, keep_open=False, batch_size=8, jobs=1,
+                                      engine="local"))
     if rc:
         return rc
     cmd_show(argparse.Namespace(store=str(store), conversation=None, traces=False, failed=False, messages=False))
@@ -138,6 +192,16 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--config", default="cpu", help="config name in configs/ or a .toml path")
     b.add_argument("--conversations", nargs="*", help="only these conversation ids")
     b.add_argument("--keep-open", action="store_true", help="leave each conversation's last box open")
+    b.add_argument("--batch-size", type=int, default=8,
+                   help="conversations advanced together; their requests go to the model in one call per stage")
+    b.add_argument("--jobs", type=int, default=1,
+                   help="local engine: llama.cpp model instances; ray engine: actors (= store shards)")
+    b.add_argument("--engine", choices=("local", "ray"), default="local",
+                   help="ray: shard conversations over Ray actors (pip install -e '.[ray]')")
+    b.add_argument("--ray-address", help="Ray cluster to join (e.g. auto); default: start a local one")
+    b.add_argument("--shard-dir", help="ray: node-local folder for shards when nodes share no disk")
+    b.add_argument("--cpus-per-job", type=float, default=1, help="ray: CPUs each actor reserves")
+    b.add_argument("--gpus-per-job", type=float, default=0, help="ray: GPUs each actor reserves (vLLM: 1)")
     b.set_defaults(func=cmd_build)
 
     a = sub.add_parser("ask", help="answer questions from a memory")

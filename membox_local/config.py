@@ -35,6 +35,8 @@ class LLMConfig:
     api_key_env: str = "OPENAI_API_KEY"
     timeout_s: float = 60.0
     max_concurrency: int = 8
+    response_format: str = "json_schema"  # json_schema (OpenAI, vLLM) | json_object (llama-cpp-python server)
+    extra_body: dict[str, Any] = field(default_factory=dict)  # extra request fields, e.g. {repeat_penalty = 1.0}
     # vLLM
     dtype: str = "auto"
     gpu_memory_utilization: float = 0.85
@@ -59,6 +61,7 @@ class LoomConfig:
     judge: str = "embedding"  # embedding | llm | llm-logprob | hybrid | authors
     window: int = 2  # recent messages of the open box the judge compares against
     threshold: float = 0.3  # embedding judge: cosine below this opens a new box
+    prob_threshold: float = 0.5  # llm-logprob judge: p(yes) below this opens a new box
     min_box_messages: int = 2  # minimal-context rule: a new box takes one adjacent reply unjudged
     max_box_messages: int = 24  # a box this long seals regardless of the judge
     seal_on_session_change: bool = True

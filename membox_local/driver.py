@@ -61,18 +61,47 @@ class Driver:
     def drive(self, step: Step, conversation_id: str) -> Any:
         return self.drive_many({0: (conversation_id, step)})[0]
 
-    def drive_many(self, steps: dict[Hashable, tuple[str, Step]]) -> dict[Hashable, Any]:
-        """Advance all steps together; returns each step's return value by key."""
+    def drive_many(self, steps: dict[Hashable, tuple[str, Step]] | Iterable[tuple[Hashable, tuple[str, Step]]],
+                   limit: int | None = None,
+                   on_done: Callable[[Hashable, Any], None] | None = None) -> dict[Hashable, Any]:
+        """Advance steps together; returns each step's return value by key.
+
+        `steps` is a dict or an iterable of (key, (conversation id, step)) pairs, taken lazily: at most
+        `limit` steps are in flight, and a finished one is replaced by the next (`on_done(key, value)` is
+        called as each finishes). Every round answers all pending requests with one call per kind.
+        """
+        source = iter(steps.items() if isinstance(steps, dict) else steps)
+        live: dict[Hashable, tuple[str, Step]] = {}
         done: dict[Hashable, Any] = {}
         pending: dict[Hashable, Request] = {}
-        for key, (_, step) in steps.items():
-            _advance(key, step, None, pending, done)
+
+        def finish(key: Hashable) -> None:
+            if key in done:
+                live.pop(key)
+                if on_done is not None:
+                    on_done(key, done[key])
+
+        def refill() -> None:
+            while limit is None or len(live) < limit:
+                try:
+                    key, item = next(source)
+                except StopIteration:
+                    return
+                if key in live or key in done:
+                    raise ValueError(f"drive_many: step key {key!r} given twice")
+                live[key] = item
+                _advance(key, item[1], None, pending, done)
+                finish(key)
+
+        refill()
         while pending:
             keys = list(pending)
-            results = self.execute([pending[k] for k in keys], [steps[k][0] for k in keys])
+            results = self.execute([pending[k] for k in keys], [live[k][0] for k in keys])
             pending = {}
             for key, res in zip(keys, results):
-                _advance(key, steps[key][1], res, pending, done)
+                _advance(key, live[key][1], res, pending, done)
+                finish(key)
+            refill()
         return done
 
 

@@ -1,18 +1,21 @@
 """Continuity judges: does a new message continue the open box?
 
 A judge's `decide` is a generator step: it may yield requests (embeddings, a label call) and returns a
-`Decision`. New judges subclass `Judge` and register in JUDGES.
+`Decision`. New judges subclass `Judge` and register in JUDGES. Every judge sees only the open box and the
+new message (online, no look-ahead); thresholds and weights come from LoomConfig and are fitted on TIAGE
+train/dev by `benchmarks/segmentation.py fit` (see BENCHMARKS.md, "Topic segmentation").
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
 
-from .backends.base import LabelRequest
+from .backends.base import BackendError, LabelRequest
 from .config import LoomConfig
-from .prompts import CONTINUITY_LABELS, continuity_prompt
+from .prompts import CONTINUITY_LABELS, authors_continuity_prompt, continuity_prompt
 from .records import Message
 from .requests import EmbedRequest, Step
 
@@ -35,6 +38,16 @@ class Judge:
         raise NotImplementedError
 
 
+def _unit(v: np.ndarray) -> np.ndarray:
+    norm = float(np.linalg.norm(v))
+    return v / norm if norm else v
+
+
+def _threshold_decision(score: float, threshold: float) -> Decision:
+    cont = score >= threshold
+    return Decision(cont, "yes" if cont else "no", score)
+
+
 class EmbeddingJudge(Judge):
     """Cosine of the new message against the mean of the open box's last `window` messages."""
 
@@ -43,15 +56,90 @@ class EmbeddingJudge(Judge):
     def decide(self, recent, new):
         window = list(recent)[-self.cfg.window:]
         vecs = yield EmbedRequest(tuple(m.text for m in window) + (new.text,))
-        ref = np.asarray(vecs[:-1], dtype=np.float32).mean(axis=0)
-        norm = float(np.linalg.norm(ref)) or 1.0
-        score = float(np.dot(ref / norm, vecs[-1]))
-        cont = score >= self.cfg.threshold
-        return Decision(cont, "yes" if cont else "no", score)
+        score = float(np.dot(_unit(np.asarray(vecs[:-1], dtype=np.float32).mean(axis=0)), vecs[-1]))
+        return _threshold_decision(score, self.cfg.threshold)
 
 
+# ---- hybrid: a logistic model over cheap features --------------------------------------------------
+def _words(text: str) -> int:
+    return len(text.split())
+
+
+def hybrid_features(box_vecs: np.ndarray, new_vec: np.ndarray, box: Sequence[Message], new: Message,
+                    window: int) -> dict[str, float]:
+    """Features of (open box, new message); `box_vecs` are the box messages' unit embeddings, in order.
+
+    The `rel_*` features subtract the box's own coherence (mean cosine of its consecutive messages), so a
+    conversation whose messages are all alike (long LoCoMo turns) is judged against its own baseline.
+    """
+    box_vecs = np.asarray(box_vecs, dtype=np.float32)
+    sims = box_vecs @ new_vec
+    n = len(box)
+    cos_last = float(sims[-1])
+    cos_prev = float(sims[-2]) if n >= 2 else cos_last
+    cos_window = float(_unit(box_vecs[-window:].mean(axis=0)) @ new_vec)
+    cos_box = float(_unit(box_vecs.mean(axis=0)) @ new_vec)
+    if n >= 2:
+        cohesion = float(np.mean(np.sum(box_vecs[1:] * box_vecs[:-1], axis=1)))
+    else:
+        cohesion = cos_last  # no pair inside the box yet: neutral
+    last = box[-1]
+    return {
+        "cos_last": cos_last,
+        "cos_prev": cos_prev,
+        "cos_window": cos_window,
+        "cos_box": cos_box,
+        "cohesion": cohesion,
+        "rel_last": cos_last - cohesion,
+        "rel_window": cos_window - cohesion,
+        "max_box": float(sims.max()),
+        "speaker_change": float(new.speaker != last.speaker),
+        "new_question": float("?" in new.text),
+        "last_question": float("?" in last.text),
+        "len_new": math.log1p(_words(new.text)),
+        "len_last": math.log1p(_words(last.text)),
+        "box_age": math.log(n),
+    }
+
+
+FEATURES = ("cos_last", "cos_prev", "cos_window", "cos_box", "cohesion", "rel_last", "rel_window", "max_box",
+            "speaker_change", "new_question", "last_question", "len_new", "len_last", "box_age")
+
+
+class HybridJudge(Judge):
+    """Logistic model: p(continue) = sigmoid(bias + sum of weights[f] * feature f); continues at p >= 0.5."""
+
+    name = "hybrid"
+
+    def __init__(self, cfg: LoomConfig):
+        super().__init__(cfg)
+        if not cfg.weights:
+            raise ValueError("the hybrid judge needs [loom] weights (feature -> weight); fit them with "
+                             "`python benchmarks/segmentation.py fit` or use configs/cpu.toml")
+        unknown = sorted(set(cfg.weights) - set(FEATURES))
+        if unknown:
+            raise ValueError(f"[loom] weights: unknown hybrid feature(s) {unknown}; known: {list(FEATURES)}")
+        self.weights = {k: float(v) for k, v in cfg.weights.items()}
+
+    def features(self, recent: Sequence[Message], new: Message) -> Step:
+        box = list(recent)
+        vecs = yield EmbedRequest(tuple(m.text for m in box) + (new.text,))
+        vecs = np.asarray(vecs, dtype=np.float32)
+        return hybrid_features(vecs[:-1], vecs[-1], box, new, self.cfg.window)
+
+    def probability(self, feats: dict[str, float]) -> float:
+        z = self.cfg.bias + sum(w * feats[k] for k, w in self.weights.items())
+        return 1.0 / (1.0 + math.exp(-z))
+
+    def decide(self, recent, new):
+        feats = yield from self.features(recent, new)
+        return _threshold_decision(self.probability(feats), 0.5)
+
+
+# ---- LLM judges -----------------------------------------------------------------------------------
 class LLMJudge(Judge):
-    """The paper's judge: the model labels the message yes / partly / no; only 'yes' continues."""
+    """The model labels the message yes / partly / no against the open box's last `window` messages;
+    only 'yes' continues."""
 
     name = "llm"
     uses_llm = True
@@ -62,7 +150,40 @@ class LLMJudge(Judge):
         return Decision(res.label == "yes", res.label, None)
 
 
-JUDGES: dict[str, type[Judge]] = {j.name: j for j in (EmbeddingJudge, LLMJudge)}
+class LLMLogprobJudge(Judge):
+    """Same prompt as `llm`, but reads the label distribution: continues when p(yes) >= prob_threshold.
+
+    Small models answer the question near-constantly when asked in words; their p(yes) still ranks
+    messages, and a threshold fitted on TIAGE turns that ranking into decisions.
+    """
+
+    name = "llm-logprob"
+    uses_llm = True
+
+    def decide(self, recent, new):
+        window = list(recent)[-self.cfg.window:]
+        res = yield LabelRequest(continuity_prompt(window, new), CONTINUITY_LABELS, stage="judge", logprobs=True)
+        if not res.probs or "yes" not in res.probs:
+            raise BackendError(f"the llm-logprob judge needs label probabilities; the backend returned {res.probs!r} "
+                               f"for message {new.message_id} (use the llamacpp backend or the 'llm' judge)")
+        return _threshold_decision(float(res.probs["yes"]), self.cfg.prob_threshold)
+
+
+class AuthorsJudge(Judge):
+    """The paper's setting: the two previous messages, a bare three-way question, only 'yes' continues."""
+
+    name = "authors"
+    uses_llm = True
+
+    def decide(self, recent, new):
+        res = yield LabelRequest(authors_continuity_prompt(list(recent)[-2:], new), CONTINUITY_LABELS,
+                                 stage="judge")
+        return Decision(res.label == "yes", res.label, None)
+
+
+JUDGES: dict[str, type[Judge]] = {
+    j.name: j for j in (EmbeddingJudge, HybridJudge, LLMJudge, LLMLogprobJudge, AuthorsJudge)
+}
 
 
 def make_judge(cfg: LoomConfig) -> Judge:

@@ -45,6 +45,12 @@ class Memory:
         self._indexes: dict[str, VectorIndex] = {}
         self._looms: dict[str, Loom] = {}
         self.after_extract = None  # set by the Trace Weaver when enabled
+        self.weaver = None
+        if self.config.weaver.enabled:
+            from .weaver import Weaver
+
+            self.weaver = Weaver(self.store, self.config)
+            self.after_extract = self.weaver.weave  # each box is woven once, right after its extraction
 
     # ---- lazily loaded models -------------------------------------------------------------------
     @property
@@ -89,6 +95,8 @@ class Memory:
         """The generator step that processes every pending message of one conversation."""
         loom = self.loom(conversation_id)
         yield from loom.finish_pending()
+        if self.weaver is not None:
+            yield from self.weaver.weave_pending(conversation_id)  # boxes whose weaving failed earlier
         for m in self.store.pending_messages(conversation_id):
             yield from loom.process(m)
             if progress:
@@ -158,7 +166,10 @@ class Memory:
                                   budget_tokens or rc.budget_tokens)
 
     def answer(self, question: str, conversation_id: str | None = None, **kw) -> Answer:
-        ctx = self.context(question, conversation_id, **kw)
+        return self.answer_from(question, self.context(question, conversation_id, **kw), conversation_id)
+
+    def answer_from(self, question: str, ctx: Context, conversation_id: str | None = None) -> Answer:
+        """Answer from a context already retrieved (evaluations reuse one retriever across questions)."""
         res = self.backend.text([TextRequest(answer_prompt(ctx.text, question), "answer",
                                              self.config.answer.max_tokens)])[0]
         if isinstance(res, BaseException):
@@ -181,6 +192,7 @@ class Memory:
             "messages_per_box": round(n_msgs / len(boxes), 2) if boxes else 0.0,
             "box_status": status,
             "events": len(self.store.events(conversation_id)),
+            "traces": len(self.store.traces(conversation_id)),
             "llm_usage": self.store.usage_by_stage(conversation_id),
         }
 

@@ -31,6 +31,18 @@ def continuity_prompt(recent: Sequence[Message], new: Message) -> Prompt:
     return Prompt(CONTINUITY_SYSTEM, f"Current topic, latest messages:\n{context}\n\nNew message:\n{new.render()}\n\nSame topic?")
 
 
+# The paper's setting (its Table 9), paraphrased: the two previous messages, a bare three-way question.
+AUTHORS_CONTINUITY_SYSTEM = (
+    "Decide whether the current message carries on the main topic of the previous messages. "
+    "Reply with one word only: yes, partly (the topic has partly shifted) or no."
+)
+
+
+def authors_continuity_prompt(previous: Sequence[Message], new: Message) -> Prompt:
+    context = "\n".join(m.render() for m in previous)
+    return Prompt(AUTHORS_CONTINUITY_SYSTEM, f"Previous messages:\n{context}\nCurrent message:\n{new.render()}\nAnswer:")
+
+
 # ---- Topic Loom: extraction on seal -------------------------------------------------------------
 EXTRACT_SYSTEM = (
     "You turn a short piece of conversation into a memory record, as JSON.\n"
@@ -66,6 +78,79 @@ def extract_prompt(messages: Sequence[Message], date: str) -> Prompt:
     when = f" (conversation date: {date})" if date else ""
     body = "\n".join(m.render() for m in messages)
     return Prompt(EXTRACT_SYSTEM, f"Conversation{when}:\n{body}\n\nJSON record:")
+
+
+# ---- Trace Weaver: linking and new traces -------------------------------------------------------
+# Event lists are numbered from 1; the model answers with those numbers, never with event text.
+LINK_SYSTEM = (
+    "You follow storylines across a long conversation. A storyline is one activity, goal, plan, problem or "
+    "situation of a person that comes back over time.\n"
+    "You get one storyline (its events so far, with dates) and a numbered list of new events from a later "
+    "conversation. Pick the new events that carry this storyline forward: a next step, progress, a result, "
+    "a change of plan, or the same activity happening again for the same person.\n"
+    "Do not pick an event that only shares a word or a broad subject with the storyline but is about "
+    "another activity, or small talk.\n"
+    'Answer as JSON: {"continues": [numbers of the new events that continue the storyline]}. '
+    "Use an empty list when none does."
+)
+
+
+def _numbers(n: int) -> dict[str, Any]:
+    """Up to n numbers from 1..n; the enum lets grammar engines that skip minimum/maximum
+    (llama-cpp-python's converter) still constrain the numbers."""
+    return {"type": "array", "maxItems": n,
+            "items": {"type": "integer", "minimum": 1, "maximum": n, "enum": list(range(1, n + 1))}}
+
+
+def link_schema(n_new: int) -> dict[str, Any]:
+    return {"type": "object", "properties": {"continues": _numbers(n_new)}, "required": ["continues"]}
+
+
+def _dated(text: str, date: str) -> str:
+    return f"[{date}] {text}" if date else text
+
+
+def link_prompt(summary: str, trace_events: Sequence[tuple[str, str]], new_events: Sequence[str],
+                new_date: str) -> Prompt:
+    """`trace_events` are (text, date) pairs in time order; `new_events` come from one box dated `new_date`."""
+    chain = "\n".join(f"- {_dated(t, d)}" for t, d in trace_events)
+    when = f" ({new_date})" if new_date else ""
+    new = "\n".join(f"{i}. {t}" for i, t in enumerate(new_events, 1))
+    return Prompt(LINK_SYSTEM, f"Storyline: {summary}\nEvents so far:\n{chain}\n\nNew events{when}:\n{new}\n\nJSON:")
+
+
+TRACE_INIT_SYSTEM = (
+    "You sort events from a conversation into storylines. A storyline groups events about the same "
+    "activity, goal, plan, problem or situation of a person.\n"
+    "You get a numbered list of events. List the main storyline first, then any other storylines. "
+    "Give each storyline a short title that says whose it is and what it is about, and the numbers of "
+    "its events. An event that goes with no other event is a storyline of its own. Use each number once.\n"
+    'Answer as JSON: {"storylines": [{"title": "...", "events": [numbers]}]}.'
+)
+
+
+def trace_init_schema(n_events: int, max_traces: int, max_title_chars: int) -> dict[str, Any]:
+    return {
+        "type": "object",
+        "properties": {"storylines": {
+            "type": "array", "maxItems": max_traces,
+            "items": {
+                "type": "object",
+                "properties": {
+                    "title": {"type": "string", "maxLength": max_title_chars},
+                    "events": _numbers(n_events),
+                },
+                "required": ["title", "events"],
+            },
+        }},
+        "required": ["storylines"],
+    }
+
+
+def trace_init_prompt(events: Sequence[str], date: str) -> Prompt:
+    when = f" ({date})" if date else ""
+    body = "\n".join(f"{i}. {t}" for i, t in enumerate(events, 1))
+    return Prompt(TRACE_INIT_SYSTEM, f"Events{when}:\n{body}\n\nJSON:")
 
 
 # ---- Answering ----------------------------------------------------------------------------------

@@ -355,6 +355,23 @@ class Store:
     def traces_of_event(self, event_id: int) -> list[int]:
         return [r[0] for r in self.db.execute("SELECT trace_id FROM trace_events WHERE event_id=?", (event_id,))]
 
+    def traces_with_events(self, conversation_id: str | None = None) -> list[tuple[Trace, list[Event]]]:
+        """Every trace with its events in conversation order (two queries, whatever the number of traces)."""
+        where, args = ("WHERE t.conversation_id=?", [conversation_id]) if conversation_id is not None else ("", [])
+        members: dict[int, list[Event]] = {}
+        for r in self.db.execute(
+            "SELECT te.trace_id, e.*, p.pos FROM trace_events te JOIN events e ON e.id=te.event_id "
+            "JOIN traces t ON t.id=te.trace_id LEFT JOIN (SELECT box_id, MIN(seq) AS pos FROM messages "
+            f"WHERE box_id IS NOT NULL GROUP BY box_id) p ON p.box_id=e.box_id {where} "
+            "ORDER BY te.trace_id, p.pos, e.box_id, e.idx", args,
+        ):
+            members.setdefault(r["trace_id"], []).append(self._event(r))
+        out = []
+        for r in self.db.execute(f"SELECT * FROM traces t {where} ORDER BY t.id", args).fetchall():
+            events = members.get(r["id"], [])
+            out.append((Trace(r["id"], r["conversation_id"], r["summary"], [e.id for e in events]), events))
+        return out
+
     # ---- embeddings cache -----------------------------------------------------------------------
     def cached_vectors(self, model: str, texts: list[str]) -> dict[str, np.ndarray]:
         out: dict[str, np.ndarray] = {}

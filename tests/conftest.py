@@ -18,7 +18,7 @@ DEMO = REPO / "membox_local" / "data" / "demo.jsonl"
 @pytest.fixture
 def cfg() -> Config:
     c = load_config("cpu")
-    c.loom.threshold = 0.15
+    c.loom.judge, c.loom.threshold = "embedding", 0.15  # the doubles are calibrated for the cosine judge
     return c
 
 

@@ -84,6 +84,8 @@ class FakeBackend(Backend):
                 continue
             if self.responder is not None and (data := self.responder(r)) is not None:
                 raw = json.dumps(data)
+            elif r.stage in ("link", "trace-init"):
+                raw = json.dumps(self._weave(r))
             else:
                 raw = json.dumps(self._extract(r))
             out.append(JsonResult(parse_json_output(raw, r.schema), self._usage(r, raw), raw))
@@ -97,6 +99,26 @@ class FakeBackend(Backend):
         events = [l.split(": ", 1)[1][:150] for l in lines if re.search(r"\bI (signed|adopted|started|booked|ran|made)\b", l)]
         return {"topic": " ".join(kws[:3]), "keywords": kws,
                 "events": events[: r.schema["properties"]["events"]["maxItems"]]}
+
+    def _weave(self, r) -> dict:
+        """Trace Weaver stages: new events (numbered lines) sharing a word of 4+ letters go together."""
+        def words(line):
+            return {w for w in WORD.findall(line.lower()) if w not in STOP and len(w) > 3}
+
+        numbered = [words(l.split(". ", 1)[1]) for l in r.prompt.user.splitlines() if re.match(r"^\d+\. ", l)]
+        if r.stage == "link":
+            chain = set().union(*(words(l) for l in r.prompt.user.splitlines() if l.startswith("- ")))
+            return {"continues": [i for i, w in enumerate(numbered, 1) if w & chain]}
+        stories: list[tuple[set, list[int]]] = []
+        for i, w in enumerate(numbered, 1):
+            home = next((s for s in stories if s[0] & w), None)
+            if home is None:
+                stories.append((set(w), [i]))
+            else:
+                home[0].update(w)
+                home[1].append(i)
+        cap = r.schema["properties"]["storylines"]["maxItems"]
+        return {"storylines": [{"title": " ".join(sorted(s[0])[:3]), "events": s[1]} for s in stories[:cap]]}
 
     def text_batch(self, requests):
         self.batches.append(len(requests))

@@ -5,7 +5,7 @@ from ..config import LLMConfig
 from .base import (Backend, BackendError, JsonRequest, JsonResult, LabelRequest, LabelResult, Prompt,
                    StructuredOutputError, TextRequest, TextResult, Usage)
 
-BACKENDS = ("llamacpp",)
+BACKENDS = ("llamacpp", "openai", "vllm", "transformers")
 
 
 def make_backend(cfg: LLMConfig) -> Backend:
@@ -13,6 +13,18 @@ def make_backend(cfg: LLMConfig) -> Backend:
         from .llamacpp import LlamaCppBackend
 
         return LlamaCppBackend(cfg)
+    if cfg.backend == "openai":
+        from .openai import OpenAIBackend
+
+        return OpenAIBackend(cfg)
+    if cfg.backend == "vllm":
+        from .vllm import VLLMBackend
+
+        return VLLMBackend(cfg)
+    if cfg.backend == "transformers":
+        from .transformers import TransformersBackend
+
+        return TransformersBackend(cfg)
     raise ValueError(f"unknown LLM backend '{cfg.backend}'; choose one of {BACKENDS}")
 
 

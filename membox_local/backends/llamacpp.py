@@ -8,13 +8,15 @@
 Consecutive prompts share their fixed instructions, and llama.cpp reuses the KV cache for that prefix.
 
 `LlamaCppAdapter` turns our requests into llama.cpp arguments and is tested without the engine;
-`LlamaCppBackend` is the thin wrapper that owns the model.
+`LlamaCppBackend` is the thin wrapper that owns the model. `LlamaCppPool` runs several instances with the
+cores split between them and answers a batch by splitting it (`membox build --jobs N`).
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -133,7 +135,7 @@ class LlamaCppBackend(Backend):
             probs /= probs.sum()
             best = int(np.argmax(probs))
             results.append(LabelResult(req.labels[best], Usage(req.stage, len(tokens), 1),
-                                       dict(zip(req.labels, map(float, probs)))))
+                                       dict(zip(req.labels, map(float, probs))) if req.logprobs else None))
         return results
 
     def _make_grammar_str(self, text: str):
@@ -176,3 +178,51 @@ class LlamaCppBackend(Backend):
         llm, self.llm = getattr(self, "llm", None), None
         if llm is not None:
             llm.close()
+
+
+class LlamaCppPool(Backend):
+    """`workers` llama.cpp instances, the threads split between them; a batch is cut into contiguous
+    chunks answered in parallel threads (llama.cpp computes without the GIL), results in request order.
+
+    Several small decodes side by side use the cores better than one instance's single-sequence decode,
+    at the cost of one model copy in memory per worker. See BENCHMARKS.md ("Build throughput") for when
+    it pays on a given machine.
+    """
+
+    name = "llamacpp-pool"
+
+    def __init__(self, cfg: LLMConfig, workers: int, model_path: str | None = None,
+                 make: Callable[[LLMConfig], Backend] | None = None):
+        from concurrent.futures import ThreadPoolExecutor
+
+        threads = cfg.n_threads or os.cpu_count() or 1
+        if not 1 <= workers <= threads:
+            raise ValueError(f"llama.cpp pool: {workers} workers for {threads} threads; use 1..{threads}")
+        sub = dataclasses.replace(cfg, n_threads=threads // workers)
+        make = make or (lambda c: LlamaCppBackend(c, model_path))
+        self.workers = [make(sub) for _ in range(workers)]
+        self._threads = ThreadPoolExecutor(workers, thread_name_prefix="llamacpp")
+
+    def _split(self, method: str, requests: list) -> list:
+        n = len(self.workers)
+        size = -(-len(requests) // n)
+        chunks = [requests[i:i + size] for i in range(0, len(requests), size)] if requests else []
+        futures = [self._threads.submit(getattr(w, method), chunk) for w, chunk in zip(self.workers, chunks)]
+        return [res for f in futures for res in f.result()]
+
+    def label_batch(self, requests: list[LabelRequest]) -> list[LabelResult]:
+        return self._split("label_batch", requests)
+
+    def json_batch(self, requests: list[JsonRequest]) -> list[JsonResult | StructuredOutputError]:
+        return self._split("json_batch", requests)
+
+    def text_batch(self, requests: list[TextRequest]) -> list[TextResult]:
+        return self._split("text_batch", requests)
+
+    def count_tokens(self, text: str) -> int:
+        return self.workers[0].count_tokens(text)
+
+    def close(self) -> None:
+        self._threads.shutdown(wait=True)
+        for w in self.workers:
+            w.close()

@@ -1,0 +1,97 @@
+"""LoCoMo benchmark for BENCHMARKS.md: evidence recall for every mode, QA F1 on a few conversations.
+
+Builds one conversation at a time (each cached under runs/builds/<config>/<conversation>/ and resumable),
+so a run stopped part-way keeps what finished. Steps, each resumable by rerunning the same command:
+
+    # evidence recall, every registered mode, at k and at equal context-token budgets (no answering model)
+    python benchmarks/locomo_bench.py recall --conversations conv-30 conv-26 conv-41 conv-42 conv-43 conv-44
+    # the message-only baselines (turn-rag, chunk-rag, full-context) need no build and no language model
+    python benchmarks/locomo_bench.py baselines --conversations conv-30 conv-26 conv-41 conv-42 conv-43 conv-44
+    # QA with every scorer on two conversations
+    python benchmarks/locomo_bench.py qa --conversations conv-30 conv-26
+    # the recall tables over the listed conversations in one summary (records already there are reused)
+    python benchmarks/locomo_bench.py report --conversations conv-30 conv-26
+
+Each step is `membox eval locomo` (membox_local.evaluation.locomo.run) with fixed settings.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from membox_local.evaluation.locomo import DEFAULT_DATA, Settings, markdown, run  # noqa: E402
+
+RECALL_OUT = "runs/bench-locomo-recall-{config}{prefix}"
+BASELINES_OUT = "runs/bench-locomo-recall-baselines-{config}"
+QA_OUT = "runs/bench-locomo-qa-{config}{prefix}"
+RECALL_K = [1, 3, 5, 10]
+
+
+def _machine() -> str:
+    import os
+
+    return f"{platform.machine()} {os.cpu_count()} CPU cores, {platform.system()}"
+
+
+def _settings(args, out: str, **kw) -> Settings:
+    prefix = f"-s{args.sessions}" if args.sessions else ""
+    base = dict(data=args.data, config=args.config, conversations=args.conversations, k=RECALL_K,
+                sessions=args.sessions, builds=args.builds, threads=args.threads,
+                out=out.format(config=args.config, prefix=prefix))
+    base.update(kw)
+    return Settings(**base)
+
+
+def recall(args) -> dict:
+    summary = None
+    for conv in args.conversations:  # one at a time, so finished builds are kept when a later one stops
+        t0 = time.time()
+        summary = run(_settings(args, RECALL_OUT, conversations=[conv], qa=False))
+        print(f"{conv}: recall done in {time.time() - t0:.0f} s", file=sys.stderr, flush=True)
+    return report_recall(args) if len(args.conversations) > 1 else summary
+
+
+def report_recall(args) -> dict:
+    return run(_settings(args, RECALL_OUT, qa=False), progress=False)
+
+
+def baselines(args) -> dict:
+    return run(_settings(args, BASELINES_OUT, qa=False, build=False, sessions=0))
+
+
+def qa(args) -> dict:
+    return run(_settings(args, QA_OUT, modes=args.modes or [], qa=True, limit=args.limit, qa_budget=args.qa_budget))
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("step", choices=["recall", "baselines", "qa", "report"])
+    p.add_argument("--data", default=str(DEFAULT_DATA))
+    p.add_argument("--config", default="cpu")
+    p.add_argument("--conversations", nargs="+", default=["conv-30", "conv-26"])
+    p.add_argument("--modes", nargs="*", help="qa: modes to answer with (default every mode)")
+    p.add_argument("--qa-budget", type=int, default=0, help="qa: context budget (default: the config's)")
+    p.add_argument("--limit", type=int, default=0, help="qa: questions per conversation (0: all)")
+    p.add_argument("--builds", default="runs/builds")
+    p.add_argument("--sessions", type=int, default=0, help="recall/qa/report: only the first N sessions of each")
+    p.add_argument("--threads", type=int, default=0, help="llama.cpp threads (default: the config's)")
+    args = p.parse_args(argv)
+    summary = {"recall": recall, "baselines": baselines, "qa": qa, "report": report_recall}[args.step](args)
+    print(f"<!-- machine: {_machine()}; date {time.strftime('%Y-%m-%d')}; command: "
+          f"python benchmarks/locomo_bench.py {' '.join(sys.argv[1:] if argv is None else argv)} -->")
+    print(markdown(summary))
+    Path(summary["settings"]["out"], "bench.json").write_text(json.dumps(
+        {"machine": _machine(), "date": time.strftime("%Y-%m-%d"), "argv": sys.argv[1:] if argv is None else argv},
+        indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

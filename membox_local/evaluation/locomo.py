@@ -1,0 +1,552 @@
+"""`membox eval locomo`: LoCoMo retrieval and QA for every retrieval mode, with build statistics.
+
+    membox eval locomo --data ../shared/data/locomo-dev.json --config cpu --conversations conv-26 \
+        --modes compact turn-rag --no-qa --out runs/locomo-cpu
+
+Each conversation is built once into `<builds>/<config name>/<conversation>/` (a Memory folder; building
+is resumable) and reused by every mode and run. A run folder holds:
+- `questions.jsonl`: one record per (conversation, mode, question): gold, category, evidence, evidence
+  recall and context tokens at each k and each token budget, and for QA the context shown (box and message
+  ids, tokens), the prediction and every scorer's numbers. A rerun skips records already there.
+- `summary.json` and `summary.md`: recall and QA tables per mode, evidence-id issues, build statistics.
+
+Evidence recall = share of a question's gold evidence messages (LoCoMo `evidence` dia_ids) among the
+messages the context shows. "At k" uses the mode's k with no budget; "at budget B" lets the mode fill B
+context tokens (count_tokens) with as many units as fit, so modes are compared at equal context size.
+"""
+from __future__ import annotations
+
+import json
+import re
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from ..config import REPO_ROOT, Config, load_config
+from ..ingest import InputError
+from ..records import Message
+from .scorers import SCORERS, metric_names, score_all
+
+DEFAULT_DATA = REPO_ROOT.parent / "shared" / "data" / "locomo-dev.json"
+DEFAULT_BUDGETS = (250, 500, 1000, 2000)
+DEFAULT_CATEGORIES = (1, 2, 3, 4)
+UNBOUNDED = 10**9  # "no budget" for the k sweep
+FILL_K = 10**6  # "as many as fit" for the budget sweep
+CATEGORY_NAMES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop", 5: "adversarial"}
+_DIA_ID = re.compile(r"D(\d+):(\d+)")
+
+
+@dataclass
+class Settings:
+    data: str = str(DEFAULT_DATA)
+    config: str = "cpu"
+    conversations: list[str] = field(default_factory=list)  # empty: every conversation in the file
+    modes: list[str] = field(default_factory=list)  # empty: every registered mode
+    k: list[int] = field(default_factory=list)  # empty: the config's retrieve.k
+    budgets: list[int] = field(default_factory=lambda: list(DEFAULT_BUDGETS))
+    categories: list[int] = field(default_factory=lambda: list(DEFAULT_CATEGORIES))
+    qa: bool = True
+    qa_k: int = 0  # 0: the config's retrieve.k
+    qa_budget: int = 0  # 0: the config's retrieve.budget_tokens
+    limit: int = 0  # questions per conversation (0: all), for smoke runs
+    sessions: int = 0  # >0: only each conversation's first N sessions, and the questions whose evidence is there
+    out: str = ""
+    builds: str = "runs/builds"
+    build: bool = True  # False: store the messages only (no language model); baseline modes only
+    threads: int = 0  # llama.cpp threads (0: the config's); an execution setting, not part of the build key
+
+    def fixed(self) -> dict[str, Any]:
+        """The settings a resumed run must share with the records already written."""
+        fixed = {"config": self.config, "k": self.k, "budgets": self.budgets, "qa_k": self.qa_k,
+                 "qa_budget": self.qa_budget}
+        if self.sessions:
+            fixed["sessions"] = self.sessions
+        return fixed
+
+
+# ---- data -----------------------------------------------------------------------------------------
+def load_samples(path: str | Path, conversations: list[str]) -> list[dict]:
+    """The LoCoMo samples to evaluate (messages are loaded and validated by ingest.load_locomo)."""
+    path = Path(path)
+    if not path.exists():
+        raise InputError(f"{path}: no such file; pass --data PATH to a LoCoMo-format .json")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{path}: not valid JSON ({exc.msg}, line {exc.lineno})") from None
+    known = [s.get("sample_id") for s in data if isinstance(s, dict)]
+    missing = [c for c in conversations if c not in known]
+    if missing:
+        raise InputError(f"{path}: no conversation {missing}; the file has {known}")
+    samples = [s for s in data if not conversations or s.get("sample_id") in conversations]
+    for s in samples:
+        if not isinstance(s.get("qa"), list):
+            raise InputError(f"{path} ({s.get('sample_id')}): needs a 'qa' list")
+    return samples
+
+
+def parse_evidence(raw: Any, known: set[str]) -> tuple[list[str], dict[str, int]]:
+    """Gold evidence dia_ids of one question, normalised, and a count of each kind of problem.
+
+    A string holding several ids ("D8:6; D9:17") is split ('split'); "D3:05" becomes "D3:5"; a string that
+    is not an id ("D", "D:11:26") is dropped ('malformed'); a well-formed id that names no message of the
+    conversation is dropped ('unknown').
+    """
+    issues = {"split": 0, "malformed": 0, "unknown": 0}
+    ids: list[str] = []
+    for item in raw if isinstance(raw, list) else [raw]:
+        parts = [p.strip() for p in str(item).split(";") if p.strip()]
+        if len(parts) > 1:
+            issues["split"] += 1
+        for p in parts:
+            m = _DIA_ID.fullmatch(p)
+            if not m:
+                issues["malformed"] += 1
+                continue
+            norm = f"D{int(m.group(1))}:{int(m.group(2))}"
+            if norm not in known:
+                issues["unknown"] += 1
+                continue
+            if norm not in ids:
+                ids.append(norm)
+    return ids, issues
+
+
+def evidence_recall(evidence: list[str], shown: list[str]) -> float | None:
+    if not evidence:
+        return None
+    have = set(shown)
+    return sum(e in have for e in evidence) / len(evidence)
+
+
+# ---- builds ---------------------------------------------------------------------------------------
+class Shared:
+    """One embedder and one (lazily loaded) backend for every conversation's Memory."""
+
+    def __init__(self, cfg: Config, backend=None, embedder=None):
+        self.cfg, self._backend, self._embedder = cfg, backend, embedder
+
+    @property
+    def embedder(self):
+        if self._embedder is None:
+            from ..embed import make_embedder
+
+            self._embedder = make_embedder(self.cfg.embedder)
+        return self._embedder
+
+    def backend(self):
+        if self._backend is None:
+            from ..backends import make_backend
+
+            self._backend = make_backend(self.cfg.llm)
+        return self._backend
+
+
+def build_dir(builds: str | Path, cfg: Config, conversation_id: str, sessions: int = 0) -> Path:
+    """One folder per config and conversation; a prefix of the first N sessions is its own build."""
+    return Path(builds) / cfg.name / (f"{conversation_id}-s{sessions}" if sessions else conversation_id)
+
+
+def open_build(conv: str, messages: list[Message], cfg: Config, builds: str | Path, shared: Shared,
+               build: bool = True, sessions: int = 0):
+    """The conversation's Memory, built (or finished) first; reused across modes and runs.
+
+    With build=False only the messages are stored (what the baselines need); a later build files them.
+    """
+    from ..memory import Memory
+
+    mem = Memory(build_dir(builds, cfg, conv, sessions), cfg, backend=shared.backend, embedder=shared.embedder)
+    try:
+        if build:
+            _build(mem, conv, messages)
+            mem.sync_box_index()
+        else:
+            mem.store.add_messages(messages)
+    except BaseException:
+        mem.close()
+        raise
+    return mem
+
+
+def _build(mem, conv: str, messages: list[Message]) -> None:
+    added = mem.store.add_messages(messages)  # messages already stored are skipped (same content)
+    todo = len(mem.store.pending_messages(conv)) + len(mem.store.boxes(conv, status="sealed")) + \
+        len(mem.store.boxes(conv, status="failed")) + (mem.store.current_open_box(conv) is not None) + \
+        (len(mem.store.unwoven_boxes(conv)) if mem.weaver is not None else 0)
+    if not todo:
+        return
+    _lock_build(mem)
+    print(f"{conv}: building ({added} new messages, {todo} messages/boxes to process) in {mem.path}",
+          file=sys.stderr)
+    t0 = time.time()
+    mem.add([], seal=True)  # the messages are stored: file the pending ones, retry failed boxes
+    wall = float(mem.store.get_meta("build_wall_s", "0")) + time.time() - t0
+    mem.store.set_meta("build_wall_s", f"{wall:.2f}")
+
+
+def _lock_build(mem) -> None:
+    """Refuse to build a conversation another process is building (two Looms would file the same messages).
+
+    The lock is held until the process exits; the file handle is kept on the Memory.
+    """
+    import fcntl
+
+    fh = open(mem.path / "build.lock", "w")
+    try:
+        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        fh.close()
+        raise InputError(f"{mem.path} is being built by another process; wait for it to finish, "
+                         f"then rerun (the finished build is reused)") from None
+    mem.build_lock = fh
+
+
+def build_stats(mem, conv: str) -> dict[str, Any]:
+    """The paper's Table 2 (memory size; whitespace tokens) and Table 5 (LLM cost) for one build."""
+    boxes = mem.store.boxes(conv)
+    msgs = mem.store.messages(conv)
+    dialogue = sum(len(m.text.split()) for m in msgs)
+    memory = sum(len(_box_memory_text(b).split()) for b in boxes)
+    usage = {s: u for s, u in mem.store.usage_by_stage(conv).items() if s != "answer"}
+    n = max(len(msgs), 1)
+    total_calls = sum(u["calls"] for u in usage.values())
+    total_tokens = sum(u["prompt_tokens"] + u["completion_tokens"] for u in usage.values())
+    status: dict[str, int] = {}
+    for b in boxes:
+        status[b.status] = status.get(b.status, 0) + 1
+    return {
+        "utterances": len(msgs),
+        "boxes": len(boxes),
+        "box_status": status,
+        "utterances_per_box": round(len(msgs) / len(boxes), 2) if boxes else 0.0,
+        "events": sum(len(b.events) for b in boxes),
+        "dialogue_tokens": dialogue,
+        "memory_tokens": memory,
+        "token_ratio": round(memory / dialogue, 3) if dialogue else 0.0,
+        "memory_tokens_per_box": round(memory / len(boxes), 1) if boxes else 0.0,
+        "llm_calls_per_utterance": round(total_calls / n, 3),
+        "llm_tokens_per_utterance": round(total_tokens / n, 1),
+        "llm_tokens_per_box": round(total_tokens / len(boxes), 1) if boxes else 0.0,
+        "by_stage": {s: {"calls": u["calls"], "prompt_tokens": u["prompt_tokens"],
+                         "completion_tokens": u["completion_tokens"],
+                         "calls_per_utterance": round(u["calls"] / n, 3),
+                         "tokens_per_utterance": round((u["prompt_tokens"] + u["completion_tokens"]) / n, 1)}
+                     for s, u in usage.items()},
+        "build_wall_s": float(mem.store.get_meta("build_wall_s", "0")),
+    }
+
+
+def _box_memory_text(box) -> str:
+    """What a box keeps: its record (topic, keywords, events) and its messages."""
+    parts = [box.topic, " ".join(box.keywords), *(e.text for e in box.events), box.text()]
+    return "\n".join(p for p in parts if p)
+
+
+# ---- the run --------------------------------------------------------------------------------------
+def _read_records(path: Path) -> dict[tuple, dict]:
+    records: dict[tuple, dict] = {}
+    if path.exists():
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                r = json.loads(line)
+            except json.JSONDecodeError:
+                raise InputError(f"{path} line {n}: not valid JSON (an interrupted write?); delete that line "
+                                 f"and rerun to resume") from None
+            records[(r["conversation"], r["mode"], r["qid"])] = r  # a later record replaces an earlier one
+    return records
+
+
+def _check_settings(out: Path, settings: Settings) -> None:
+    path = out / "settings.json"
+    if path.exists():
+        before = json.loads(path.read_text())
+        if before.get("fixed") != settings.fixed():
+            raise InputError(f"{out} holds a run with other settings {before.get('fixed')} than these "
+                             f"{settings.fixed()}; pass a new --out or the same settings to resume")
+    path.write_text(json.dumps({"fixed": settings.fixed(), "last": asdict(settings)}, indent=2))
+
+
+def resolve(settings: Settings, cfg: Config) -> Settings:
+    from ..retrieve import RETRIEVERS
+
+    s = Settings(**asdict(settings))
+    s.modes = s.modes or list(RETRIEVERS)
+    unknown = [m for m in s.modes if m not in RETRIEVERS]
+    if unknown:
+        raise InputError(f"unknown mode(s) {unknown}; choose from {sorted(RETRIEVERS)}")
+    if not s.build:
+        from ..baselines import MESSAGE_MODES
+
+        s.modes = settings.modes or list(MESSAGE_MODES)
+        need_boxes = [m for m in s.modes if m not in MESSAGE_MODES]
+        if need_boxes:
+            raise InputError(f"mode(s) {need_boxes} need a built memory; without a build only "
+                             f"{list(MESSAGE_MODES)} can run")
+    s.k = s.k or [cfg.retrieve.k]
+    s.qa_k = s.qa_k or cfg.retrieve.k
+    s.qa_budget = s.qa_budget or cfg.retrieve.budget_tokens
+    bad = [c for c in s.categories if c not in CATEGORY_NAMES]
+    if bad:
+        raise InputError(f"unknown categories {bad}; LoCoMo has 1-5")
+    if s.sessions < 0:
+        raise InputError("--sessions must be positive (0: whole conversations)")
+    if any(x <= 0 for x in s.k + s.budgets):
+        raise InputError("--k and --budgets must be positive")
+    s.out = s.out or f"runs/locomo-{cfg.name}"
+    return s
+
+
+def run(settings: Settings, backend=None, embedder=None, progress: bool = True) -> dict[str, Any]:
+    """Evaluate; returns the summary (also written to the run folder). Fakes may be passed for tests."""
+    from ..ingest import load_locomo
+    from ..retrieve import make_retriever
+
+    cfg = load_config(settings.config, {"llm.n_threads": settings.threads} if settings.threads else None)
+    s = resolve(settings, cfg)
+    out = Path(s.out)
+    out.mkdir(parents=True, exist_ok=True)
+    _check_settings(out, s)
+    samples = load_samples(s.data, s.conversations)
+    s.conversations = [x["sample_id"] for x in samples]
+    jsonl = out / "questions.jsonl"
+    records = _read_records(jsonl)
+    shared = Shared(cfg, backend, embedder)
+    builds: dict[str, dict] = {}
+    evidence_issues = {"split": 0, "malformed": 0, "unknown": 0, "questions_without_evidence": 0}
+    opened = []  # closed together at the end: they share one backend, which closing a Memory closes
+    try:
+        with open(jsonl, "a", encoding="utf-8") as fh:
+            for sample in samples:
+                conv = sample["sample_id"]
+                messages = [m for m in load_locomo(s.data, [conv])
+                            if not s.sessions or int(m.session) <= s.sessions]
+                mem = open_build(conv, messages, cfg, s.builds, shared, s.build, s.sessions)
+                opened.append(mem)
+                if s.build:
+                    builds[conv] = build_stats(mem, conv)
+                questions = _questions(sample, s, {m.message_id for m in messages}, evidence_issues)
+                mem.embedder.encode([q["question"] for q in questions])  # one batch; every mode hits the cache
+                for mode in s.modes:
+                    retriever = make_retriever(mode, mem)
+                    todo = [q for q in questions if not _done(records.get((conv, mode, q["qid"])), s.qa)]
+                    bar = _bar(len(todo), f"{conv} {mode}", progress)
+                    for q in todo:
+                        rec = _evaluate(q, conv, mode, retriever, mem, s)
+                        fh.write(json.dumps(rec, ensure_ascii=False) + "\n")
+                        fh.flush()
+                        records[(conv, mode, q["qid"])] = rec
+                        bar.update(1)
+                    bar.close()
+    finally:
+        for mem in opened:
+            mem.close()
+    chosen = [r for key, r in records.items()
+              if key[0] in s.conversations and key[1] in s.modes and r["category"] in s.categories]
+    summary = summarise(chosen, s, cfg, builds, evidence_issues)
+    (out / "summary.json").write_text(json.dumps(summary, indent=2, ensure_ascii=False))
+    (out / "summary.md").write_text(markdown(summary))
+    return summary
+
+
+def _questions(sample: dict, s: Settings, known: set[str], issues: dict[str, int]) -> list[dict]:
+    out = []
+    for qid, q in enumerate(sample["qa"]):
+        cat = q.get("category")
+        if cat not in s.categories:
+            continue
+        if not isinstance(q.get("question"), str) or not q["question"].strip():
+            raise InputError(f"{s.data} ({sample['sample_id']}) qa {qid}: no question text")
+        if cat != 5 and "answer" not in q:
+            raise InputError(f"{s.data} ({sample['sample_id']}) qa {qid}: category {cat} needs an 'answer'")
+        evidence, found = parse_evidence(q.get("evidence", []), known)
+        if s.sessions and (not evidence or found["unknown"] or found["malformed"]):
+            continue  # a prefix keeps only questions whose every evidence id is inside it
+        for key, v in found.items():
+            issues[key] += v
+        issues["questions_without_evidence"] += not evidence
+        gold = str(q["answer"]) if "answer" in q else ""
+        out.append({"qid": qid, "question": q["question"], "gold": gold, "category": cat, "evidence": evidence,
+                    "evidence_issues": {k: v for k, v in found.items() if v}})
+        if s.limit and len(out) >= s.limit:
+            break
+    return out
+
+
+def _done(rec: dict | None, qa: bool) -> bool:
+    return rec is not None and (not qa or rec.get("prediction") is not None)
+
+
+def _evaluate(q: dict, conv: str, mode: str, retriever, mem, s: Settings) -> dict:
+    rec = dict(q, conversation=conv, mode=mode, recall={}, tokens={})
+    for k in s.k:
+        ctx = retriever.retrieve(q["question"], conv, k, UNBOUNDED)
+        rec["recall"][f"k={k}"] = evidence_recall(q["evidence"], ctx.message_ids)
+        rec["tokens"][f"k={k}"] = ctx.tokens
+    for b in s.budgets:
+        ctx = retriever.retrieve(q["question"], conv, FILL_K, b)
+        rec["recall"][f"budget={b}"] = evidence_recall(q["evidence"], ctx.message_ids)
+        rec["tokens"][f"budget={b}"] = ctx.tokens
+    ctx = retriever.retrieve(q["question"], conv, s.qa_k, s.qa_budget)
+    rec.update(qa_k=s.qa_k, qa_budget=s.qa_budget, box_ids=ctx.box_ids, message_ids=ctx.message_ids,
+               context_tokens=ctx.tokens, qa_recall=evidence_recall(q["evidence"], ctx.message_ids),
+               prediction=None, scores=None)
+    if s.qa:
+        t0 = time.time()
+        ans = mem.answer_from(q["question"], ctx, conv)
+        rec.update(prediction=ans.text, answer_s=round(time.time() - t0, 2),
+                   scores=score_all(ans.text, q["gold"], q["category"]))
+    return rec
+
+
+def _bar(total: int, desc: str, on: bool):
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc=desc, unit="q", disable=not on or total == 0, file=sys.stderr,
+                dynamic_ncols=True)
+
+
+# ---- summaries ------------------------------------------------------------------------------------
+def _mean(xs) -> float | None:
+    xs = [x for x in xs if x is not None]
+    return round(sum(xs) / len(xs), 4) if xs else None
+
+
+def _retrieval_summary(recs: list[dict], s: Settings) -> dict[str, Any]:
+    keys = [f"k={k}" for k in s.k] + [f"budget={b}" for b in s.budgets]
+    return {
+        "questions": len(recs),
+        "questions_with_evidence": sum(bool(r["evidence"]) for r in recs),
+        "recall": {key: _mean(r["recall"].get(key) for r in recs) for key in keys},
+        "tokens": {key: _mean(r["tokens"].get(key) for r in recs) for key in keys},
+        "qa_setting": {"recall": _mean(r["qa_recall"] for r in recs),
+                       "context_tokens": _mean(r["context_tokens"] for r in recs)},
+    }
+
+
+def _qa_summary(recs: list[dict]) -> dict[str, Any] | None:
+    answered = [r for r in recs if r.get("scores")]
+    if not answered:
+        return None
+    names = metric_names()
+    by_cat = {}
+    for cat in sorted({r["category"] for r in answered}):
+        rs = [r for r in answered if r["category"] == cat]
+        by_cat[str(cat)] = {"n": len(rs), **{m: _mean(r["scores"][m] for r in rs) for m in names}}
+    return {"n": len(answered), "overall": {m: _mean(r["scores"][m] for r in answered) for m in names},
+            "by_category": by_cat, "answer_s": _mean(r.get("answer_s") for r in answered)}
+
+
+def summarise(recs: list[dict], s: Settings, cfg: Config, builds: dict, issues: dict) -> dict[str, Any]:
+    modes, per_conv = {}, {}
+    for mode in s.modes:
+        rs = [r for r in recs if r["mode"] == mode]
+        modes[mode] = {**_retrieval_summary(rs, s), "qa": _qa_summary(rs)}
+        for conv in s.conversations:
+            cr = [r for r in rs if r["conversation"] == conv]
+            per_conv.setdefault(conv, {})[mode] = {**_retrieval_summary(cr, s), "qa": _qa_summary(cr)}
+    return {"config": cfg.name, "llm": cfg.llm.model, "embedder": cfg.embedder.model, "data": s.data,
+            "settings": asdict(s), "scorers": list(SCORERS), "modes": modes, "per_conversation": per_conv,
+            "evidence_issues": issues, "builds": builds}
+
+
+def _fmt(x, pct: bool = True) -> str:
+    if x is None:
+        return "-"
+    return f"{100 * x:.1f}" if pct else f"{x:.0f}"
+
+
+def markdown(summary: dict) -> str:
+    s = summary["settings"]
+    keys = [f"k={k}" for k in s["k"]] + [f"budget={b}" for b in s["budgets"]]
+    prefix = f" (first {s['sessions']} sessions of each, questions whose evidence is there)" if s["sessions"] else ""
+    lines = [f"# LoCoMo: config {summary['config']} (LLM {summary['llm']}, embedder {summary['embedder']})", "",
+             f"Conversations: {', '.join(s['conversations'])}{prefix}; categories {s['categories']}.", "",
+             "## Evidence recall (%), mean context tokens in brackets", "",
+             "| mode | questions | " + " | ".join(keys) + " |",
+             "|---|---|" + "---|" * len(keys)]
+    for mode, m in summary["modes"].items():
+        cells = [f"{_fmt(m['recall'][k])} ({_fmt(m['tokens'][k], False)})" for k in keys]
+        lines.append(f"| {mode} | {m['questions_with_evidence']} | " + " | ".join(cells) + " |")
+    ev = summary["evidence_issues"]
+    lines += ["", f"Evidence ids: {ev['split']} split from one string, {ev['malformed']} malformed and "
+                  f"{ev['unknown']} naming no message (dropped); {ev['questions_without_evidence']} question(s) "
+                  f"without usable evidence are left out of recall.", ""]
+    if any(m["qa"] for m in summary["modes"].values()):
+        names = metric_names()
+        lines += [f"## QA (k={s['qa_k']}, budget {s['qa_budget']} tokens), scores x100", "",
+                  "| mode | n | context tokens | " + " | ".join(names) + " | s/answer |",
+                  "|---|---|---|" + "---|" * len(names) + "---|"]
+        for mode, m in summary["modes"].items():
+            qa = m["qa"]
+            if not qa:
+                continue
+            lines.append(f"| {mode} | {qa['n']} | {_fmt(m['qa_setting']['context_tokens'], False)} | "
+                         + " | ".join(_fmt(qa["overall"][n]) for n in names)
+                         + f" | {qa['answer_s'] if qa['answer_s'] is not None else '-'} |")
+        lines += ["", "By category (locomo_f1 / mem0_f1 / membox_f1):", "",
+                  "| mode | " + " | ".join(f"{c} {CATEGORY_NAMES[c]}" for c in s["categories"]) + " |",
+                  "|---|" + "---|" * len(s["categories"])]
+        for mode, m in summary["modes"].items():
+            if not m["qa"]:
+                continue
+            cells = []
+            for c in s["categories"]:
+                bc = m["qa"]["by_category"].get(str(c))
+                cells.append("-" if not bc else f"{_fmt(bc['locomo_f1'])} / {_fmt(bc['mem0_f1'])} / "
+                             f"{_fmt(bc['membox_f1'])} (n={bc['n']})")
+            lines.append(f"| {mode} | " + " | ".join(cells) + " |")
+        lines.append("")
+    lines += ["## Builds (memory tokens: whitespace tokens of box records + messages)", "",
+              "| conversation | utterances | boxes | utt/box | memory/dialogue tokens | tokens/box | "
+              "LLM calls/utt | LLM tokens/utt | LLM tokens/box | by stage (calls, tokens/utt) | build s |",
+              "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for conv, b in summary["builds"].items():
+        stages = "; ".join(f"{k} {v['calls']}, {v['tokens_per_utterance']}" for k, v in b["by_stage"].items())
+        lines.append(f"| {conv} | {b['utterances']} | {b['boxes']} | {b['utterances_per_box']} | "
+                     f"{b['token_ratio']} | {b['memory_tokens_per_box']} | {b['llm_calls_per_utterance']} | "
+                     f"{b['llm_tokens_per_utterance']} | {b['llm_tokens_per_box']} | {stages or '-'} | "
+                     f"{b['build_wall_s']:.0f} |")
+    return "\n".join(lines) + "\n"
+
+
+# ---- command line ---------------------------------------------------------------------------------
+def cmd_locomo(args) -> int:
+    settings = Settings(
+        data=args.data, config=args.config, conversations=args.conversations or [], modes=args.modes or [],
+        k=args.k or [], budgets=args.budgets, categories=args.categories, qa=not args.no_qa,
+        qa_k=args.qa_k or 0, qa_budget=args.qa_budget or 0, limit=args.limit, out=args.out or "",
+        builds=args.builds, threads=args.threads, build=not args.no_build, sessions=args.sessions,
+    )
+    summary = run(settings)
+    print(markdown(summary))
+    print(f"written to {summary['settings']['out']}/ (questions.jsonl, summary.json, summary.md)", file=sys.stderr)
+    return 0
+
+
+def add_parser(subparsers) -> None:
+    p = subparsers.add_parser("locomo", help="LoCoMo evidence recall and QA for each retrieval mode")
+    p.add_argument("--data", default=str(DEFAULT_DATA), help="a LoCoMo-format .json file")
+    p.add_argument("--config", default="cpu", help="config name in configs/ or a .toml path")
+    p.add_argument("--conversations", nargs="*", help="sample ids (default: all in the file)")
+    p.add_argument("--modes", nargs="*", help="retrieval modes (default: every registered mode)")
+    p.add_argument("--k", nargs="*", type=int, help="evidence recall at each k, no budget (default: config k)")
+    p.add_argument("--budgets", nargs="*", type=int, default=list(DEFAULT_BUDGETS),
+                   help="evidence recall at each context-token budget")
+    p.add_argument("--categories", nargs="*", type=int, default=list(DEFAULT_CATEGORIES))
+    p.add_argument("--no-qa", action="store_true", help="retrieval metrics only (no answering model)")
+    p.add_argument("--qa-k", type=int, help="k for answering (default: config)")
+    p.add_argument("--qa-budget", type=int, help="context budget for answering (default: config)")
+    p.add_argument("--limit", type=int, default=0, help="at most this many questions per conversation")
+    p.add_argument("--out", help="run folder (default runs/locomo-<config>)")
+    p.add_argument("--builds", default="runs/builds", help="where builds are cached, per config and conversation")
+    p.add_argument("--sessions", type=int, default=0,
+                   help="only the first N sessions of each conversation, and the questions whose evidence is there")
+    p.add_argument("--no-build", action="store_true",
+                   help="store messages only, no language model: baseline modes (turn-rag, chunk-rag, full-context)")
+    p.add_argument("--threads", type=int, default=0,
+                   help="llama.cpp threads (default: the config's); 1 is much faster on an oversubscribed CPU")
+    p.set_defaults(func=cmd_locomo)

@@ -1,0 +1,228 @@
+"""`membox eval locomo` on a tiny LoCoMo-format file, with the deterministic doubles."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from membox_local.baselines import Layout, chunk_session_messages, render_messages, window_tokens
+from membox_local.evaluation.locomo import Settings, evidence_recall, parse_evidence, run
+from membox_local.evaluation.scorers import metric_names
+from membox_local.ingest import InputError
+from membox_local.records import Message
+from membox_local.retrieve import count_tokens, make_retriever
+
+from fakes import FakeBackend, FakeEmbedder
+
+SESSION_1 = [
+    ("Ann", "I planted cherry tomatoes in my garden this weekend"),
+    ("Bob", "Cherry tomatoes need lots of sun in the garden"),
+    ("Ann", "The garden gets sun all afternoon, the tomatoes love it"),
+    ("Bob", "My car broke down on the highway yesterday"),
+    ("Ann", "Oh no, did the car need a tow truck?"),
+    ("Bob", "Yes, a tow truck took the car to the mechanic"),
+]
+SESSION_2 = [
+    ("Ann", "I adopted a grey kitten named Pixel"),
+    ("Bob", "Pixel is a lovely name for a kitten"),
+    ("Ann", "Pixel sleeps on the piano every evening"),
+    ("Bob", "I booked a trip to Lisbon for the spring"),
+    ("Ann", "Lisbon in spring sounds wonderful, enjoy the trip"),
+]
+QA = [
+    {"question": "What did Ann plant in her garden?", "answer": "cherry tomatoes", "evidence": ["D1:1"],
+     "category": 4},
+    {"question": "Where did the tow truck take Bob's car?", "answer": "the mechanic",
+     "evidence": ["D1:6; D1:4"], "category": 1},
+    {"question": "What is the kitten's name?", "answer": "Pixel", "evidence": ["D2:1", "D", "D9:9"],
+     "category": 2},
+    {"question": "Where is Bob travelling in spring?", "answer": "Lisbon; in spring", "evidence": ["D2:04"],
+     "category": 3},
+    {"question": "What did Bob plant?", "adversarial_answer": "tomatoes", "evidence": ["D1:1"], "category": 5},
+]
+MODES = ["compact", "turn-rag", "chunk-rag", "full-context"]
+
+
+def _turns(rows, session):
+    return [{"speaker": sp, "dia_id": f"D{session}:{i + 1}", "text": t} for i, (sp, t) in enumerate(rows)]
+
+
+@pytest.fixture
+def data(tmp_path):
+    sample = {"sample_id": "tiny", "qa": QA, "conversation": {
+        "speaker_a": "Ann", "speaker_b": "Bob",
+        "session_1_date_time": "1:00 pm on 8 May, 2023", "session_1": _turns(SESSION_1, 1),
+        "session_2_date_time": "2:00 pm on 20 May, 2023", "session_2": _turns(SESSION_2, 2)}}
+    path = tmp_path / "tiny-locomo.json"
+    path.write_text(json.dumps([sample]))
+    return path
+
+
+def _settings(tmp_path, data, **kw):
+    base = dict(data=str(data), config="cpu", modes=MODES, k=[1, 3], budgets=[30, 60, 120],
+                out=str(tmp_path / "run"), builds=str(tmp_path / "builds"))
+    base.update(kw)
+    return Settings(**base)
+
+
+def _lines(tmp_path):
+    return [json.loads(l) for l in (tmp_path / "run" / "questions.jsonl").read_text().splitlines()]
+
+
+def test_run_writes_records_summary_and_tables(tmp_path, data):
+    backend = FakeBackend()
+    summary = run(_settings(tmp_path, data), backend=backend, embedder=FakeEmbedder(), progress=False)
+    recs = _lines(tmp_path)
+    assert len(recs) == 4 * len(MODES)  # categories 1-4 by default: the category-5 question is left out
+    for r in recs:
+        assert r["prediction"] and set(r["scores"]) == set(metric_names())
+        assert r["context_tokens"] > 0 and r["message_ids"]
+        assert set(r["recall"]) == {"k=1", "k=3", "budget=30", "budget=60", "budget=120"}
+    compact = [r for r in recs if r["mode"] == "compact"]
+    assert all(r["box_ids"] for r in compact)
+    assert sum(1 for s, _ in backend.calls if s == "answer") == len(recs)
+    md = (tmp_path / "run" / "summary.md").read_text()
+    for name in metric_names():
+        assert name in md
+    for mode in MODES:
+        assert f"| {mode} |" in md
+    saved = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert saved["modes"]["turn-rag"]["qa"]["n"] == 4
+    b = summary["builds"]["tiny"]
+    assert b["utterances"] == 11 and b["boxes"] >= 2 and b["by_stage"]["extract"]["calls"] == b["boxes"]
+    assert summary["evidence_issues"] == {"split": 1, "malformed": 1, "unknown": 1, "questions_without_evidence": 0}
+
+
+def test_rerun_resumes_and_reuses_the_build(tmp_path, data):
+    run(_settings(tmp_path, data), backend=FakeBackend(), embedder=FakeEmbedder(), progress=False)
+    path = tmp_path / "run" / "questions.jsonl"
+    lines = path.read_text().splitlines()
+    path.write_text("\n".join(lines[:-2]) + "\n")  # as if interrupted two questions before the end
+    again = FakeBackend()
+    run(_settings(tmp_path, data), backend=again, embedder=FakeEmbedder(), progress=False)
+    stages = [s for s, _ in again.calls]
+    assert stages == ["answer", "answer"]  # no extraction (build reused), only the two missing answers
+    recs = _lines(tmp_path)
+    assert len({(r["conversation"], r["mode"], r["qid"]) for r in recs}) == len(lines)
+
+
+def test_no_qa_then_qa_answers_the_same_questions(tmp_path, data):
+    backend = FakeBackend()
+    s = run(_settings(tmp_path, data, qa=False), backend=backend, embedder=FakeEmbedder(), progress=False)
+    assert all(r["prediction"] is None for r in _lines(tmp_path))
+    assert s["modes"]["compact"]["qa"] is None
+    assert not [c for c, _ in backend.calls if c == "answer"]
+    s = run(_settings(tmp_path, data), backend=backend, embedder=FakeEmbedder(), progress=False)
+    assert s["modes"]["compact"]["qa"]["n"] == 4
+
+
+def test_other_settings_in_the_same_run_folder_are_refused(tmp_path, data):
+    run(_settings(tmp_path, data, qa=False), backend=FakeBackend(), embedder=FakeEmbedder(), progress=False)
+    with pytest.raises(InputError, match="other settings"):
+        run(_settings(tmp_path, data, qa=False, budgets=[50]), backend=FakeBackend(), embedder=FakeEmbedder(),
+            progress=False)
+
+
+def test_budgets_are_respected_and_recall_matches_the_context(tmp_path, data):
+    run(_settings(tmp_path, data, qa=False, categories=[1, 2, 3, 4, 5]), backend=FakeBackend(),
+        embedder=FakeEmbedder(), progress=False)
+    for r in _lines(tmp_path):
+        for b in (30, 60, 120):
+            assert r["tokens"][f"budget={b}"] <= b, (r["mode"], b)
+        assert r["qa_recall"] == evidence_recall(r["evidence"], r["message_ids"])
+    by = {(r["mode"], r["qid"]): r for r in _lines(tmp_path)}
+    # full-context without a budget shows the whole (tiny) conversation; with 30 tokens only the end
+    assert by[("full-context", 0)]["recall"]["k=1"] == 1.0
+    assert by[("full-context", 0)]["recall"]["budget=30"] == 0.0
+    assert by[("full-context", 3)]["recall"]["budget=60"] == 1.0  # D2:4 is the second-to-last message
+    # "kitten's name": D2:2 (kitten, name) outranks the evidence D2:1 (kitten) under the bag-of-words double
+    assert by[("turn-rag", 2)]["recall"]["k=1"] == 0.0 and by[("turn-rag", 2)]["recall"]["k=3"] == 1.0
+    assert by[("turn-rag", 2)]["evidence"] == ["D2:1"]
+    assert by[("turn-rag", 1)]["evidence"] == ["D1:6", "D1:4"]
+
+
+def test_baseline_contexts_show_exactly_their_message_ids(tmp_path, data, cfg):
+    from membox_local.evaluation.locomo import Shared, open_build
+    from membox_local.ingest import load_locomo
+
+    msgs = load_locomo(data)
+    mem = open_build("tiny", msgs, cfg, tmp_path / "b", Shared(cfg, FakeBackend(), FakeEmbedder()))
+    try:
+        text_of = {m.message_id: m.render() for m in msgs}
+        for mode in ("turn-rag", "chunk-rag", "full-context"):
+            ctx = make_retriever(mode, mem).retrieve("Where did Bob go in spring with the trip?", "tiny", 3, 80)
+            assert ctx.tokens <= 80 and ctx.tokens == count_tokens(ctx.text)
+            shown = [line for line in ctx.text.splitlines() if line and not line.startswith("[")]
+            assert shown == [text_of[i] for i in ctx.message_ids], mode
+        turn = make_retriever("turn-rag", mem).retrieve("Lisbon trip in spring", "tiny", 1, 10**6)
+        assert turn.message_ids == ["D2:4"] and turn.text.startswith("[2:00 pm on 20 May, 2023]")
+    finally:
+        mem.close()
+
+
+def test_layout_counts_exactly_what_it_renders():
+    ms = [Message("c", f"m{i}", "A", f"word number {i}, here", session=str(1 + i // 3), session_date=f"day {i // 3}",
+                  seq=i) for i in range(7)]
+    layout = Layout(10**6)
+    for m in (ms[5], ms[0], ms[3], ms[1]):
+        assert layout.try_add([m])
+    assert layout.tokens == count_tokens(render_messages(layout.messages))
+    assert layout.context().message_ids == ["m0", "m1", "m3", "m5"]
+    small = Layout(layout.tokens - 1)
+    assert small.try_add(ms[:2]) and not small.try_add([ms[3], ms[5]])
+
+
+def test_chunks_stay_inside_a_session_and_near_the_word_size():
+    ms = [Message("c", f"m{i}", "A", "one two three four five", session=str(1 + i // 5), seq=i) for i in range(10)]
+    chunks = chunk_session_messages(ms, 12)
+    assert [len(c) for c in chunks] == [2, 2, 1, 2, 2, 1]
+    assert all(len({m.session for m in c}) == 1 for c in chunks)
+    assert [len(c) for c in chunk_session_messages(ms, 0)] == [1] * 10
+
+
+def test_parse_evidence_counts_each_problem():
+    known = {"D1:1", "D1:2", "D8:6", "D9:17", "D3:5"}
+    ids, issues = parse_evidence(["D8:6; D9:17", "D", "D:11:26", "D3:05", "D10:19", "D1:1", "D1:1"], known)
+    assert ids == ["D8:6", "D9:17", "D3:5", "D1:1"]
+    assert issues == {"split": 1, "malformed": 2, "unknown": 1}
+    assert evidence_recall([], ["D1:1"]) is None
+    assert evidence_recall(["D1:1", "D1:2"], ["D1:2", "D5:5"]) == 0.5
+
+
+def test_window_tokens_leave_room_for_the_prompt(cfg):
+    assert 0 < window_tokens(cfg) < cfg.llm.n_ctx - cfg.answer.max_tokens
+
+
+def test_a_build_in_progress_elsewhere_is_not_built_twice(tmp_path, data, cfg):
+    import fcntl
+
+    from membox_local.evaluation.locomo import Shared, build_dir, open_build
+    from membox_local.ingest import load_locomo
+
+    folder = build_dir(tmp_path / "b", cfg, "tiny")
+    folder.mkdir(parents=True)
+    with open(folder / "build.lock", "w") as other:
+        fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)  # as another process building it
+        with pytest.raises(InputError, match="being built by another process"):
+            open_build("tiny", load_locomo(data), cfg, tmp_path / "b", Shared(cfg, FakeBackend(), FakeEmbedder()))
+
+
+def test_no_build_runs_the_message_baselines_without_a_model(tmp_path, data):
+    backend = FakeBackend()
+    s = run(_settings(tmp_path, data, qa=False, modes=[], build=False), backend=backend, embedder=FakeEmbedder(),
+            progress=False)
+    assert sorted(s["modes"]) == ["chunk-rag", "full-context", "turn-rag"] and s["builds"] == {}
+    assert backend.calls == []
+    with pytest.raises(InputError, match="need a built memory"):
+        run(_settings(tmp_path, data, qa=False, modes=["compact"], build=False), backend=backend,
+            embedder=FakeEmbedder(), progress=False)
+
+
+def test_a_session_prefix_is_its_own_build_with_only_its_questions(tmp_path, data):
+    s = run(_settings(tmp_path, data, qa=False, sessions=1), backend=FakeBackend(), embedder=FakeEmbedder(),
+            progress=False)
+    recs = _lines(tmp_path)
+    assert {r["qid"] for r in recs} == {0, 1}  # evidence in session 1 only
+    assert all(m.startswith("D1:") for r in recs for m in r["message_ids"])
+    assert s["builds"]["tiny"]["utterances"] == 6
+    assert (tmp_path / "builds" / "cpu" / "tiny-s1" / "memory.db").exists()

@@ -1,0 +1,211 @@
+"""Topic-segmentation evaluation: metrics, the online evaluator and every continuity judge, through the fakes."""
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+
+from membox_local.backends.base import LabelResult, Usage
+from membox_local.cli import main
+from membox_local.config import load_config
+from membox_local.evaluation.segmentation import (boundary_f1, boundary_string, evaluate, load_dialogues, pk, score,
+                                                  window_size, windowdiff)
+from membox_local.ingest import InputError
+from membox_local.judges import FEATURES, JUDGES, make_judge
+from membox_local.records import Message
+
+from fakes import FakeBackend, FakeEmbedder
+
+GARDEN = ["I planted tomatoes in the garden today", "Nice, which tomatoes did you plant?",
+          "Cherry tomatoes, the garden gets lots of sun", "Tomatoes love sun in a garden"]
+CARS = ["My car broke down on the highway", "Oh no, did the car need a tow truck?",
+        "Yes, the tow truck took the car to a mechanic"]
+
+
+# ---- metrics ----------------------------------------------------------------------------------------
+def test_boundary_string_marks_the_last_turn_of_each_segment():
+    assert boundary_string([2, 4], 6) == "010100"
+    assert boundary_string([], 3) == "000"
+
+
+def test_window_size_is_half_the_mean_segment_length_at_least_two():
+    assert window_size("0000000000") == 5  # 10 turns, 1 segment
+    assert window_size("0100000000") == 2  # 10 / 2 / 2 = 2.5 -> 2 (round half to even, as nltk)
+    assert window_size("0101") == 2  # 4 / 3 / 2 -> 1 -> at least 2
+
+
+def test_metrics_hand_computed():
+    ref, hyp = "00100", "01000"  # reference boundary one turn later than predicted
+    # k=2 windows: ref same-segment? F T T F ; hyp F T T F shifted -> T T F F: disagree at 0 and 2
+    assert pk(ref, hyp, 2) == pytest.approx(2 / 4)
+    assert windowdiff(ref, hyp, 2) == pytest.approx(2 / 4)
+    assert boundary_f1(ref, hyp) == 0.0
+    assert (pk(ref, ref, 2), windowdiff(ref, ref, 2), boundary_f1(ref, ref)) == (0.0, 0.0, 1.0)
+    # one right, one spurious: precision 1/2, recall 1 -> F1 2/3; WD counts the window holding two vs one
+    assert boundary_f1("0100", "0110") == pytest.approx(2 / 3)
+    assert windowdiff("010000", "011000", 2) == pytest.approx(2 / 5)
+    assert boundary_f1("000", "000") == 0.0  # sklearn's zero_division convention
+    s = score([3], [2], 5)
+    assert s == {"pk": 0.5, "wd": 0.5, "f1": 0.0, "k": 2}
+    with pytest.raises(ValueError, match="differ in length"):
+        pk("010", "01", 2)
+
+
+def test_metrics_agree_with_nltk():
+    seg = pytest.importorskip("nltk.metrics.segmentation")
+    rng = random.Random(0)
+    for _ in range(200):
+        n = rng.randint(3, 40)
+        ref = "".join(rng.choice("0001") for _ in range(n - 1)) + "0"
+        hyp = "".join(rng.choice("001") for _ in range(n - 1)) + "0"
+        k = min(window_size(ref), n)
+        assert pk(ref, hyp, k) == pytest.approx(seg.pk(ref, hyp, k))
+        assert windowdiff(ref, hyp, k) == pytest.approx(seg.windowdiff(ref, hyp, k))
+
+
+# ---- data and the evaluator ---------------------------------------------------------------------------
+def write_dataset(path, speakers=True):
+    dialogues = [
+        {"id": "d1", "turns": [{"speaker": ("AB"[i % 2] if speakers else None), "text": t}
+                               for i, t in enumerate(GARDEN + CARS)], "boundaries": [4]},
+        {"id": "d2", "turns": [{"speaker": None, "text": t} for t in CARS + GARDEN], "boundaries": [3]},
+    ]
+    path.write_text(json.dumps(dialogues))
+    return path
+
+
+@pytest.fixture
+def seg_cfg():
+    c = load_config("cpu", {"loom.judge": "embedding"})
+    c.loom.threshold = 0.15
+    return c
+
+
+def test_load_dialogues_fills_missing_speakers_and_validates(tmp_path):
+    ds = load_dialogues(write_dataset(tmp_path / "d.json", speakers=False))
+    assert [m.speaker for m in ds[1].messages[:3]] == ["A", "B", "A"]
+    assert {m.session for d in ds for m in d.messages} == {"1"}
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps([{"id": "x", "turns": [{"text": "a"}, {"text": "b"}], "boundaries": [0]}]))
+    with pytest.raises(InputError, match=r"dialogue 0 \(x\): boundaries must be"):
+        load_dialogues(bad)
+
+
+def test_evaluator_scores_online_decisions(tmp_path, seg_cfg):
+    ds = load_dialogues(write_dataset(tmp_path / "d.json"))
+    rows, summary = evaluate(seg_cfg, ds, embedder=FakeEmbedder())
+    assert [r["hyp"] for r in rows] == [[4], [3]]
+    assert summary["pk"] == summary["wd"] == 0.0 and summary["f1"] == 1.0
+    assert rows[0]["labels"][:2] == ["first", "min-context"]  # the Loom's own rule, min-context included
+    assert rows[0]["labels"][5] == "min-context" and summary["messages"] == 14
+    seg_cfg.loom.min_box_messages = 1
+    rows1, _ = evaluate(seg_cfg, ds, embedder=FakeEmbedder())
+    assert rows1[0]["labels"][1] in ("yes", "no")  # judged once the rule is off
+
+
+def test_evaluator_has_no_look_ahead(tmp_path, seg_cfg):
+    ds = load_dialogues(write_dataset(tmp_path / "d.json"))
+    full, _ = evaluate(seg_cfg, ds[:1], embedder=FakeEmbedder())
+    ds[0].messages = ds[0].messages[:5]
+    ds[0].boundaries = [4]
+    prefix, _ = evaluate(seg_cfg, ds[:1], embedder=FakeEmbedder())
+    assert full[0]["labels"][:5] == prefix[0]["labels"]
+
+
+def test_cli_writes_jsonl_summary_and_markdown(tmp_path, monkeypatch):
+    import membox_local.embed as embed
+
+    monkeypatch.setattr(embed, "make_embedder", lambda cfg: FakeEmbedder())
+    data = write_dataset(tmp_path / "d.json")
+    out = tmp_path / "out"
+    rc = main(["eval", "segmentation", "--data", str(data), "--judge", "embedding", "--out", str(out),
+               "--set", "loom.threshold=0.15", "--set", "loom.min_box_messages=1", "--limit", "1"])
+    assert rc == 0
+    rows = [json.loads(l) for l in (out / "dialogues.jsonl").read_text().splitlines()]
+    summary = json.loads((out / "summary.json").read_text())
+    assert len(rows) == 1 and {"pk", "wd", "f1", "k", "hyp", "ref"} <= set(rows[0])
+    assert summary["loom"]["min_box_messages"] == 1 and summary["dialogues"] == 1
+    assert "| Pk | WD | F1 |" in (out / "summary.md").read_text()
+
+
+# ---- judges ---------------------------------------------------------------------------------------------
+def drive(judge, recent, new, backend=None, embedder=None):
+    """Run one judge step, answering its requests with the fakes; returns (decision, requests)."""
+    from membox_local.requests import EmbedRequest
+
+    embedder, backend = embedder or FakeEmbedder(), backend or FakeBackend()
+    step, seen, value = judge.decide(recent, new), [], None
+    while True:
+        try:
+            req = step.send(value)
+        except StopIteration as stop:
+            return stop.value, seen
+        seen.append(req)
+        value = embedder.encode(req.texts) if isinstance(req, EmbedRequest) else backend.label([req])[0]
+
+
+def conv(texts):
+    return [Message("c", str(i), "AB"[i % 2], t) for i, t in enumerate(texts)]
+
+
+def judge_for(name, **loom):
+    cfg = load_config("cpu", {"loom.judge": name, **{f"loom.{k}": v for k, v in loom.items()}})
+    return make_judge(cfg.loom)
+
+
+def test_all_judges_are_registered():
+    assert set(JUDGES) == {"embedding", "hybrid", "llm", "llm-logprob", "authors"}
+
+
+@pytest.mark.parametrize("name,loom", [
+    ("embedding", {"threshold": 0.15}),
+    ("hybrid", {"weights": {"cos_window": 8.0, "rel_last": 1.0}, "bias": -1.0}),
+    ("llm", {}),
+    ("llm-logprob", {"prob_threshold": 0.5}),
+    ("authors", {}),
+])
+def test_each_judge_separates_continuation_from_shift(name, loom):
+    judge = judge_for(name, **loom)
+    box = conv(GARDEN[:3])
+    # a third speaker: the fake backend counts the speaker's name as a shared word
+    same, _ = drive(judge, box, Message("c", "3", "Cy", GARDEN[3]))
+    shift, reqs = drive(judge, box, Message("c", "3", "Cy", CARS[0]))
+    assert same.continues and not shift.continues
+    if judge.uses_llm:
+        assert all(r.stage == "judge" for r in reqs)
+        assert reqs[0].logprobs == (name == "llm-logprob")
+    if name in ("embedding", "hybrid", "llm-logprob"):
+        assert 0 <= shift.score < same.score
+
+
+def test_authors_judge_sees_only_the_two_previous_messages():
+    _, reqs = drive(judge_for("authors"), conv(GARDEN + CARS[:2]), Message("c", "9", "A", CARS[2]))
+    user = reqs[0].prompt.user
+    assert CARS[0] in user and CARS[1] in user and GARDEN[3] not in user
+
+
+def test_hybrid_features_and_weight_errors():
+    judge = judge_for("hybrid", weights={"cos_last": 1.0})
+    step = judge.features(conv(GARDEN[:3]), Message("c", "3", "B", GARDEN[3]))
+    req = next(step)
+    with pytest.raises(StopIteration) as stop:
+        step.send(FakeEmbedder().encode(req.texts))
+    feats = stop.value.value
+    assert tuple(feats) == FEATURES and feats["speaker_change"] == 1.0 and feats["last_question"] == 0.0
+    assert feats["rel_last"] == pytest.approx(feats["cos_last"] - feats["cohesion"])
+    with pytest.raises(ValueError, match="unknown hybrid feature"):
+        judge_for("hybrid", weights={"vibes": 1.0})
+    with pytest.raises(ValueError, match="needs \\[loom\\] weights"):
+        judge_for("hybrid", weights={})
+
+
+def test_logprob_judge_refuses_a_backend_without_probabilities():
+    from membox_local.backends.base import BackendError
+
+    class NoProbs(FakeBackend):
+        def label_batch(self, requests):
+            return [LabelResult("yes", Usage(r.stage, 1, 1), None) for r in requests]
+
+    with pytest.raises(BackendError, match="needs label probabilities"):
+        drive(judge_for("llm-logprob"), conv(GARDEN[:2]), Message("c", "2", "A", GARDEN[2]), backend=NoProbs())
