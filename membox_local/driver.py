@@ -8,9 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Hashable, Iterable
 
-import numpy as np
-
-from .backends.base import Backend, BackendError, JsonRequest, LabelRequest, StructuredOutputError, TextRequest
+from .backends.base import Backend, JsonRequest, LabelRequest, TextRequest
 from .embed import Embedder
 from .requests import EmbedRequest, Request, Step
 from .store import Store

@@ -89,6 +89,16 @@ class StructuredOutputError(BackendError):
         self.usage = usage
 
 
+def label_distribution(labels: Sequence[str], scores: Sequence[float]) -> dict[str, float]:
+    """Softmax of per-label scores (logits or log-probabilities of each label's first token)."""
+    import numpy as np
+
+    z = np.asarray(scores, dtype=np.float64)
+    p = np.exp(z - z.max())
+    p /= p.sum()
+    return dict(zip(labels, map(float, p)))
+
+
 def validate_label_request(req: LabelRequest) -> None:
     if len(req.labels) < 2 or len(set(req.labels)) != len(req.labels) or not all(req.labels):
         raise ValueError(f"label request ({req.stage}) needs two or more distinct, non-empty labels: {req.labels}")

@@ -21,7 +21,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ..config import LLMConfig
-from .base import (Backend, BackendError, JsonRequest, JsonResult, LabelRequest, LabelResult, Prompt,
+from .base import (Backend, BackendError, JsonRequest, JsonResult, LabelRequest, LabelResult, Prompt, label_distribution,
                    StructuredOutputError, TextRequest, TextResult, Usage, parse_json_output)
 
 INSTALL = 'CMAKE_ARGS="-DGGML_NATIVE=OFF" pip install "llama-cpp-python>=0.3.8"  (or: pip install -e ".[cpu]")'
@@ -130,12 +130,9 @@ class LlamaCppBackend(Backend):
                 results.append(LabelResult(text.strip(), Usage(req.stage, usage.prompt_tokens, usage.completion_tokens)))
                 continue
             tokens = self.tokenize(prompt_text)
-            logits = self._next_logits(tokens)[firsts].astype(np.float64)
-            probs = np.exp(logits - logits.max())
-            probs /= probs.sum()
-            best = int(np.argmax(probs))
-            results.append(LabelResult(req.labels[best], Usage(req.stage, len(tokens), 1),
-                                       dict(zip(req.labels, map(float, probs))) if req.logprobs else None))
+            probs = label_distribution(req.labels, self._next_logits(tokens)[firsts])
+            best = max(req.labels, key=probs.__getitem__)
+            results.append(LabelResult(best, Usage(req.stage, len(tokens), 1), probs if req.logprobs else None))
         return results
 
     def _make_grammar_str(self, text: str):

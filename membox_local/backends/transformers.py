@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from ..config import LLMConfig
-from .base import (Backend, BackendError, JsonRequest, JsonResult, LabelRequest, LabelResult, Prompt,
+from .base import (Backend, BackendError, JsonRequest, JsonResult, LabelRequest, LabelResult, Prompt, label_distribution,
                    StructuredOutputError, TextRequest, TextResult, Usage, parse_json_output)
 from .llamacpp import LlamaCppAdapter
 
@@ -53,10 +53,7 @@ class TransformersAdapter:
 
     @staticmethod
     def label_probs(logits: np.ndarray, first_tokens: list[int], labels: tuple[str, ...]) -> dict[str, float]:
-        z = logits[first_tokens].astype(np.float64)
-        p = np.exp(z - z.max())
-        p /= p.sum()
-        return dict(zip(labels, map(float, p)))
+        return label_distribution(labels, logits[first_tokens])
 
 
 class TransformersBackend(Backend):

@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from ..config import LLMConfig
-from .base import (Backend, BackendError, JsonRequest, JsonResult, LabelRequest, LabelResult, Prompt,
+from .base import (Backend, BackendError, JsonRequest, JsonResult, LabelRequest, LabelResult, Prompt, label_distribution,
                    StructuredOutputError, TextRequest, TextResult, Usage, parse_json_output)
 from .llamacpp import LlamaCppAdapter
 
@@ -92,9 +92,7 @@ class VLLMAdapter:
             raise BackendError(f"vLLM returned no log-probability for the first token of {missing}; "
                                f"the engine must run with logprobs_mode='processed_logprobs'")
         lp = np.array([float(getattr(step_logprobs[t], "logprob", step_logprobs[t])) for t in first_tokens])
-        p = np.exp(lp - lp.max())
-        p /= p.sum()
-        return dict(zip(labels, map(float, p)))
+        return label_distribution(labels, lp)
 
 
 class VLLMBackend(Backend):
