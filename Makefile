@@ -27,6 +27,7 @@ $(STAMP): pyproject.toml Makefile
 	touch $(STAMP)
 
 demo: $(STAMP)
+	rm -rf stores/demo
 	$(BIN)/membox demo --store stores/demo --config cpu
 
 test: $(STAMP)
