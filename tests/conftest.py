@@ -3,6 +3,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before any test imports llama_cpp (see backends/llamacpp.py)
+
 import pytest
 
 from membox_local.config import Config, load_config
