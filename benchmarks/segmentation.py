@@ -286,7 +286,12 @@ def cmd_fit_prob(args) -> int:
 
     grid = sorted({round(float(q), 4) for q in np.quantile(list(scores.values()), np.linspace(0.02, 0.98, 49))})
     best = max(grid, key=lambda t: objective(result(t)))
-    print(json.dumps({"prob_threshold": best, "fit_on": summary["data"], "dialogues": len(rows), **result(best)}))
+    # does p(yes) rank continuing turns above boundary turns? (ROC AUC; 0.5 = no signal)
+    cont = [s for r in rows for i, s in enumerate(r["scores"]) if s is not None and i not in r["ref"]]
+    shift = [s for r in rows for i, s in enumerate(r["scores"]) if s is not None and i in r["ref"]]
+    auc = sum((a > b) + 0.5 * (a == b) for a in cont for b in shift) / max(1, len(cont) * len(shift))
+    print(json.dumps({"prob_threshold": best, "fit_on": summary["data"], "dialogues": len(rows), **result(best),
+                      "auc_p_yes": round(auc, 3), "continuing_turns": len(cont), "boundary_turns": len(shift)}))
     return 0
 
 

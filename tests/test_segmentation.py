@@ -104,6 +104,14 @@ def test_evaluator_scores_online_decisions(tmp_path, seg_cfg):
     assert rows1[0]["labels"][1] in ("yes", "no")  # judged once the rule is off
 
 
+def test_box_sizes_count_messages_per_opened_box():
+    from membox_local.evaluation.segmentation import box_sizes
+    from membox_local.judges import Decision
+
+    opened, kept = Decision(False, "first"), Decision(True, "yes")
+    assert box_sizes({"c": [opened, kept, kept, opened, kept]}) == {"c": 2.5}
+
+
 def test_evaluator_has_no_look_ahead(tmp_path, seg_cfg):
     ds = load_dialogues(write_dataset(tmp_path / "d.json"))
     full, _ = evaluate(seg_cfg, ds[:1], embedder=FakeEmbedder())
