@@ -71,3 +71,13 @@ def test_llamacpp_label_probabilities_sum_to_one(built):
     res = built.backend.label([LabelRequest(Prompt("Answer yes or no.", "Is the sky blue?"), ("yes", "no"),
                                             "test", logprobs=True)])[0]
     assert res.label in ("yes", "no") and abs(sum(res.probs.values()) - 1.0) < 1e-6
+
+
+def test_json_fields_come_in_schema_order(built):
+    """The grammar keeps the schema's property order (a sorted schema once made the model write events first)."""
+    from membox_local.backends.base import JsonRequest, Prompt
+
+    schema = {"type": "object", "required": ["zeta", "alpha"],
+              "properties": {"zeta": {"type": "string", "maxLength": 20}, "alpha": {"type": "string", "maxLength": 20}}}
+    res = built.backend.json([JsonRequest(Prompt("Reply in JSON.", "Two words, please."), schema, "test", 60)])[0]
+    assert res.raw.lstrip().startswith('{"zeta"') or res.raw.lstrip().startswith('{ "zeta"')

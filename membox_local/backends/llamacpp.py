@@ -88,8 +88,11 @@ class LlamaCppBackend(Backend):
         self.model_path = path
 
     # ---- helpers ---------------------------------------------------------------------------------
-    def format(self, prompt: Prompt) -> str:
-        return self.formatter(messages=prompt.messages()).prompt
+    def prompt_tokens(self, prompt: Prompt) -> list[int]:
+        """The chat-formatted prompt as tokens, exactly as llama-cpp-python's chat handler (and so its
+        OpenAI-compatible server) builds them: BOS only when the template did not write it."""
+        res = self.formatter(messages=prompt.messages())
+        return self.llm.tokenize(res.prompt.encode("utf-8"), add_bos=not res.added_special, special=True)
 
     def tokenize(self, text: str, special: bool = True) -> list[int]:
         return self.llm.tokenize(text.encode("utf-8"), add_bos=False, special=special)
@@ -103,7 +106,7 @@ class LlamaCppBackend(Backend):
         return self._grammars[key]
 
     def _complete(self, prompt: Prompt, max_tokens: int, grammar=None) -> tuple[str, Usage, str]:
-        out = self.llm.create_completion(self.format(prompt), grammar=grammar,
+        out = self.llm.create_completion(self.prompt_tokens(prompt), grammar=grammar,
                                          **self.adapter.completion_kwargs(max_tokens))
         choice = out["choices"][0]
         u = out["usage"]
@@ -126,7 +129,6 @@ class LlamaCppBackend(Backend):
         results = []
         for req in requests:
             firsts = self.adapter.label_first_tokens(req.labels, lambda s: self.tokenize(s, special=False))
-            prompt_text = self.format(req.prompt)
             if firsts is None:
                 if req.logprobs:
                     raise BackendError(f"labels {req.labels} share a first token: no label probabilities")
@@ -135,7 +137,7 @@ class LlamaCppBackend(Backend):
                 text, usage, _ = self._complete(req.prompt, 8, g)
                 results.append(LabelResult(text.strip(), Usage(req.stage, usage.prompt_tokens, usage.completion_tokens)))
                 continue
-            tokens = self.tokenize(prompt_text)
+            tokens = self.prompt_tokens(req.prompt)
             probs = label_distribution(req.labels, self._next_logits(tokens)[firsts])
             best = max(req.labels, key=probs.__getitem__)
             results.append(LabelResult(best, Usage(req.stage, len(tokens), 1), probs if req.logprobs else None))
@@ -152,7 +154,9 @@ class LlamaCppBackend(Backend):
         results: list[Any] = []
         for req in requests:
             key = self.adapter.schema_key(req.schema)
-            grammar = self._grammar(key, lambda: LlamaGrammar.from_json_schema(key, verbose=False))
+            # the grammar keeps the schema's property order (the key is sorted, for caching only): fields are
+            # generated in the order the prompt describes them
+            grammar = self._grammar(key, lambda: LlamaGrammar.from_json_schema(json.dumps(req.schema), verbose=False))
             total = Usage(req.stage, 0, 0)
             error = None
             for _ in range(1 + max(0, self.cfg.max_retries)):
