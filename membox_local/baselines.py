@@ -12,7 +12,7 @@ per memory folder; ranking is exact cosine over one conversation's messages with
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Callable, Hashable, Sequence
 
 import numpy as np
 
@@ -35,29 +35,37 @@ def _time_order(m: Message) -> tuple[str, int]:
     return m.conversation_id, m.seq
 
 
-def render_messages(messages: Sequence[Message]) -> str:
-    """Messages in time order, one date line per session (all of a session's shown messages under it)."""
-    by_session: dict[tuple[str, str], list[Message]] = {}
+def session_key(m: Message) -> Hashable:
+    return m.conversation_id, m.session
+
+
+def render_messages(messages: Sequence[Message], group: Callable[[Message], Hashable] = session_key,
+                    header: Callable[[Message], str] = session_header) -> str:
+    """Messages in time order, one header line per group (by default one date line per session, all of a
+    session's shown messages under it). Groups must be runs of consecutive messages (sessions, boxes)."""
+    by_group: dict[Hashable, list[Message]] = {}
     for m in sorted(messages, key=_time_order):
-        by_session.setdefault((m.conversation_id, m.session), []).append(m)
-    blocks = [session_header(ms[0]) + "\n" + "\n".join(m.render() for m in ms) for ms in by_session.values()]
+        by_group.setdefault(group(m), []).append(m)
+    blocks = [header(ms[0]) + "\n" + "\n".join(m.render() for m in ms) for ms in by_group.values()]
     return "\n\n".join(blocks)
 
 
 class Layout:
-    """Messages chosen so far and the exact token count of `render_messages` over them."""
+    """Messages chosen so far and the exact token count of `render_messages` over them (same group and
+    header functions: by default sessions under their date line)."""
 
-    def __init__(self, budget_tokens: int):
+    def __init__(self, budget_tokens: int, group: Callable[[Message], Hashable] = session_key,
+                 header: Callable[[Message], str] = session_header):
         self.budget = budget_tokens
+        self.group, self.header = group, header
         self.messages: list[Message] = []
-        self.sessions: set[tuple[str, str]] = set()
+        self.groups: set[Hashable] = set()
         self.tokens = 0
 
     def cost(self, msgs: Sequence[Message]) -> int:
-        new_sessions = {(m.conversation_id, m.session): m for m in msgs
-                        if (m.conversation_id, m.session) not in self.sessions}
+        new_groups = {self.group(m): m for m in msgs if self.group(m) not in self.groups}
         return sum(count_tokens(m.render()) for m in msgs) + \
-            sum(count_tokens(session_header(m)) for m in new_sessions.values())
+            sum(count_tokens(self.header(m)) for m in new_groups.values())
 
     def try_add(self, msgs: Sequence[Message]) -> bool:
         """Add the messages if they all fit the budget; returns whether they were added."""
@@ -65,7 +73,7 @@ class Layout:
         if self.tokens + cost > self.budget:
             return False
         self.messages += msgs
-        self.sessions |= {(m.conversation_id, m.session) for m in msgs}
+        self.groups |= {self.group(m) for m in msgs}
         self.tokens += cost
         return True
 
@@ -77,7 +85,8 @@ class Layout:
 
     def context(self) -> Context:
         ordered = sorted(self.messages, key=_time_order)
-        return Context(render_messages(ordered), message_ids=[m.message_id for m in ordered])
+        return Context(render_messages(ordered, self.group, self.header),
+                       message_ids=[m.message_id for m in ordered])
 
 
 def conversation_messages(memory, conversation_id: str | None) -> list[list[Message]]:

@@ -157,3 +157,4 @@ def make_retriever(mode: str, memory: "Memory") -> Retriever:
 
 
 from . import baselines  # noqa: E402,F401  (registers turn-rag, chunk-rag, full-context)
+from . import boxaware  # noqa: E402,F401  (registers box-hits, box-hits-trace)

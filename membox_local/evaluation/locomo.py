@@ -55,6 +55,7 @@ class Settings:
     out: str = ""
     builds: str = "runs/builds"
     build: bool = True  # False: store the messages only (no language model); baseline modes only
+    boxes_only: bool = False  # with build=False: also file them into boxes (the Loom's judge, no extraction)
     threads: int = 0  # llama.cpp threads (0: the config's); an execution setting, not part of the build key
 
     def fixed(self) -> dict[str, Any]:
@@ -150,10 +151,11 @@ def build_dir(builds: str | Path, cfg: Config, conversation_id: str, sessions: i
 
 
 def open_build(conv: str, messages: list[Message], cfg: Config, builds: str | Path, shared: Shared,
-               build: bool = True, sessions: int = 0):
+               build: bool = True, sessions: int = 0, boxes_only: bool = False):
     """The conversation's Memory, built (or finished) first; reused across modes and runs.
 
     With build=False only the messages are stored (what the baselines need); a later build files them.
+    With boxes_only too they are filed into sealed boxes, not extracted (box-hits); a later build extracts them.
     """
     from ..memory import Memory
 
@@ -164,6 +166,11 @@ def open_build(conv: str, messages: list[Message], cfg: Config, builds: str | Pa
             mem.sync_box_index()
         else:
             mem.store.add_messages(messages)
+            if boxes_only and mem.store.pending_messages(conv):
+                from ..boxaware import file_into_boxes
+
+                _lock_build(mem)
+                file_into_boxes(mem, conv)
     except BaseException:
         mem.close()
         raise
@@ -281,11 +288,14 @@ def resolve(settings: Settings, cfg: Config) -> Settings:
     if not s.build:
         from ..baselines import MESSAGE_MODES
 
-        s.modes = settings.modes or list(MESSAGE_MODES)
-        need_boxes = [m for m in s.modes if m not in MESSAGE_MODES]
+        from ..boxaware import BOX_MODES
+
+        allowed = list(MESSAGE_MODES) + (list(BOX_MODES) if s.boxes_only else [])
+        s.modes = settings.modes or allowed
+        need_boxes = [m for m in s.modes if m not in allowed]
         if need_boxes:
             raise InputError(f"mode(s) {need_boxes} need a built memory; without a build only "
-                             f"{list(MESSAGE_MODES)} can run")
+                             f"{allowed} can run (--boxes-only adds {list(BOX_MODES)})")
     s.k = s.k or [cfg.retrieve.k]
     s.qa_k = s.qa_k or cfg.retrieve.k
     s.qa_budget = s.qa_budget or cfg.retrieve.budget_tokens
@@ -324,9 +334,9 @@ def run(settings: Settings, backend=None, embedder=None, progress: bool = True) 
                 conv = sample["sample_id"]
                 messages = [m for m in load_locomo(s.data, [conv])
                             if not s.sessions or int(m.session) <= s.sessions]
-                mem = open_build(conv, messages, cfg, s.builds, shared, s.build, s.sessions)
+                mem = open_build(conv, messages, cfg, s.builds, shared, s.build, s.sessions, s.boxes_only)
                 opened.append(mem)
-                if s.build:
+                if s.build or s.boxes_only:
                     builds[conv] = build_stats(mem, conv)
                 questions = _questions(sample, s, {m.message_id for m in messages}, evidence_issues)
                 mem.embedder.encode([q["question"] for q in questions])  # one batch; every mode hits the cache
@@ -486,7 +496,7 @@ def markdown(summary: dict) -> str:
                 continue
             lines.append(f"| {mode} | {qa['n']} | {_fmt(m['qa_setting']['context_tokens'], False)} | "
                          + " | ".join(_fmt(qa["overall"][n]) for n in names)
-                         + f" | {qa['answer_s'] if qa['answer_s'] is not None else '-'} |")
+                         + f" | {'-' if qa['answer_s'] is None else format(qa['answer_s'], '.1f')} |")
         lines += ["", "By category (locomo_f1 / mem0_f1 / membox_f1):", "",
                   "| mode | " + " | ".join(f"{c} {CATEGORY_NAMES[c]}" for c in s["categories"]) + " |",
                   "|---|" + "---|" * len(s["categories"])]
@@ -500,6 +510,8 @@ def markdown(summary: dict) -> str:
                              f"{_fmt(bc['membox_f1'])} (n={bc['n']})")
             lines.append(f"| {mode} | " + " | ".join(cells) + " |")
         lines.append("")
+    if not summary["builds"]:
+        return "\n".join(lines) + "\n"
     lines += ["## Builds (memory tokens: whitespace tokens of box records + messages)", "",
               "| conversation | utterances | boxes | utt/box | memory/dialogue tokens | tokens/box | "
               "LLM calls/utt | LLM tokens/utt | LLM tokens/box | by stage (calls, tokens/utt) | build s |",
@@ -519,7 +531,8 @@ def cmd_locomo(args) -> int:
         data=args.data, config=args.config, conversations=args.conversations or [], modes=args.modes or [],
         k=args.k or [], budgets=args.budgets, categories=args.categories, qa=not args.no_qa,
         qa_k=args.qa_k or 0, qa_budget=args.qa_budget or 0, limit=args.limit, out=args.out or "",
-        builds=args.builds, threads=args.threads, build=not args.no_build, sessions=args.sessions,
+        builds=args.builds, threads=args.threads, build=not (args.no_build or args.boxes_only),
+        boxes_only=args.boxes_only, sessions=args.sessions,
     )
     summary = run(settings)
     print(markdown(summary))
@@ -545,6 +558,9 @@ def add_parser(subparsers) -> None:
     p.add_argument("--builds", default="runs/builds", help="where builds are cached, per config and conversation")
     p.add_argument("--sessions", type=int, default=0,
                    help="only the first N sessions of each conversation, and the questions whose evidence is there")
+    p.add_argument("--boxes-only", action="store_true",
+                   help="file messages into boxes with the config's judge but extract nothing (no language model "
+                        "with the embedding or hybrid judge): baseline modes and box-hits")
     p.add_argument("--no-build", action="store_true",
                    help="store messages only, no language model: baseline modes (turn-rag, chunk-rag, full-context)")
     p.add_argument("--threads", type=int, default=0,

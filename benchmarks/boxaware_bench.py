@@ -1,0 +1,54 @@
+"""Box-aware retrieval (membox_local/boxaware.py) against the baselines on LoCoMo, for BENCHMARKS.md.
+
+    # evidence recall on the six dev conversations, boxes from the config's judge, no language model
+    python benchmarks/boxaware_bench.py recall
+    # every mode, compact and trace included, on full builds of the first 4 sessions (built by locomo_bench.py)
+    python benchmarks/boxaware_bench.py full --conversations conv-30 conv-26
+    # QA (three scorers) at a 1000-token budget on those full builds
+    python benchmarks/boxaware_bench.py qa --conversations conv-30 conv-26
+
+Each step is `membox eval locomo` (membox_local.evaluation.locomo.run) with fixed settings; resumable.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from membox_local.evaluation.locomo import DEFAULT_DATA, Settings, markdown, run  # noqa: E402
+
+DEV = ["conv-26", "conv-30", "conv-41", "conv-42", "conv-43", "conv-44"]
+BOX_ONLY_MODES = ["turn-rag", "chunk-rag", "box-hits"]
+FULL_MODES = ["turn-rag", "chunk-rag", "compact", "trace", "box-hits", "box-hits-trace"]
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("step", choices=["recall", "full", "qa"])
+    p.add_argument("--data", default=str(DEFAULT_DATA))
+    p.add_argument("--config", default="cpu")
+    p.add_argument("--conversations", nargs="+", default=None)
+    p.add_argument("--modes", nargs="*", help="default: the step's modes")
+    p.add_argument("--limit", type=int, default=0, help="qa: questions per conversation (0: all)")
+    p.add_argument("--threads", type=int, default=0)
+    a = p.parse_args(argv)
+    if a.step == "recall":
+        s = Settings(data=a.data, config=a.config, conversations=a.conversations or DEV, k=[10],
+                     modes=a.modes or BOX_ONLY_MODES, qa=False, build=False, boxes_only=True,
+                     builds="runs/builds-boxes", out=f"runs/bench-boxaware-recall-{a.config}")
+    else:
+        s = Settings(data=a.data, config=a.config, conversations=a.conversations or ["conv-30", "conv-26"],
+                     k=[10], sessions=4, modes=a.modes or FULL_MODES, qa=a.step == "qa", qa_budget=1000,
+                     limit=a.limit, threads=a.threads, out=f"runs/bench-boxaware-{a.step}-{a.config}-s4")
+    summary = run(s)
+    print(f"<!-- 2-core CPU VM; date {time.strftime('%Y-%m-%d')}; command: python benchmarks/boxaware_bench.py "
+          f"{' '.join(sys.argv[1:] if argv is None else argv)} -->")
+    print(markdown(summary))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

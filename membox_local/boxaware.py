@@ -1,0 +1,219 @@
+"""Box-aware retrieval: rank single turns, read them inside their boxes.
+
+Whole boxes are the right unit to read but not to rank: ranked as units they find less evidence per token
+than single turns (BENCHMARKS.md, "Box-aware retrieval"). These modes rank messages and use the boxes only
+to decide what is shown around a hit:
+
+- `box-hits`: a message's relevance is the mean of its own cosine to the question and the cosine of its
+  window (the mean vector of it and its box neighbours on either side; a box-bounded chunk, no extra
+  embedding). Its priority is the best, over the messages of its own box, of that relevance less `DECAY`
+  per turn of distance, plus `BOX_WEIGHT` x the cosine of the box (the mean vector of its messages).
+  Messages are added best first while they fit the budget, so a strong hit brings its box neighbours,
+  nearest first, before weaker hits elsewhere, and context never crosses a topic boundary. Shown in time order, one block
+  per box under the box's header (date and, once extracted, topic). k: the top-k messages seed the
+  context; the messages of their boxes are the candidates.
+- `box-hits-trace`: the same, with up to `TRACE_SHARE` of the budget kept for the storyline: boxes in
+  other sessions that share a Trace Weaver trace with the boxes of the `TRACE_SEEDS` best hits; their
+  messages are ranked the same way and shown under their own box headers.
+
+Messages not yet filed into a box (a live memory's pending messages) are each their own one-message box.
+The modes need only the Loom's boxes, not their records: `file_into_boxes` files a conversation with the
+Loom's continuity rule and no extraction (no language model with the embedding or hybrid judge), which
+`membox eval locomo --boxes-only` uses.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from .baselines import Layout, TurnRagRetriever
+from .loom import Loom
+from .records import Box, Message
+from .retrieve import RETRIEVERS, Context, Retriever
+
+if TYPE_CHECKING:
+    from .memory import Memory
+
+DECAY = 0.1  # priority lost per turn of distance from a hit in the same box
+BOX_WEIGHT = 0.3  # weight of the whole box's cosine in each of its messages' priority
+TRACE_SHARE = 0.25  # box-hits-trace: at most this share of the budget for other sessions of the storyline
+TRACE_SEEDS = 3  # box-hits-trace: the boxes of this many best hits start the storyline
+
+
+@dataclass
+class BoxMap:
+    """One conversation scope's messages (time order), their vectors and the box each belongs to."""
+
+    messages: list[Message]
+    vectors: np.ndarray
+    box_of: np.ndarray  # message index -> box position in `boxes`
+    boxes: list[Box]
+    members: list[np.ndarray]  # box position -> its message indices, in time order
+    position: dict[tuple[str, str], int]  # (conversation id, message id) -> box position
+    windows: np.ndarray  # message index -> unit mean vector of it and its box neighbours on either side
+    centroids: np.ndarray  # box position -> unit mean vector of its messages
+    scope: str | None  # the conversation id, or None for every conversation
+
+    def box(self, m: Message) -> int:
+        return self.position[(m.conversation_id, m.message_id)]
+
+    def layout(self, budget_tokens: int) -> Layout:
+        """Shown messages in time order, one block per box under the box's header."""
+        return Layout(budget_tokens, group=self.box, header=lambda m: self.boxes[self.box(m)].header())
+
+
+def box_map(memory: "Memory", messages: list[Message], vectors: np.ndarray, conversation_id: str | None,
+            mode: str) -> BoxMap:
+    store = memory.store
+    boxes = [b for b in store.boxes(conversation_id) if b.messages]
+    if messages and not boxes:
+        raise ValueError(f"retrieval mode '{mode}' needs messages filed into boxes, but conversation "
+                         f"{conversation_id or '(all)'} in {store.path} has none; build the memory first "
+                         f"(Memory.add, or `membox eval locomo --boxes-only` for boxes without records)")
+    position = {(m.conversation_id, m.message_id): n for n, b in enumerate(boxes) for m in b.messages}
+    for m in messages:
+        if (m.conversation_id, m.message_id) not in position:  # pending, not filed yet: a box of its own
+            position[(m.conversation_id, m.message_id)] = len(boxes)
+            boxes.append(Box(-1, m.conversation_id, m.session, m.session_date, [m]))
+    box_of = np.array([position[(m.conversation_id, m.message_id)] for m in messages], dtype=np.int64)
+    members = [np.flatnonzero(box_of == n) for n in range(len(boxes))]
+    windows = np.zeros_like(vectors)
+    for idx in members:
+        for j in range(len(idx)):
+            windows[idx[j]] = vectors[idx[max(0, j - 1):j + 2]].mean(axis=0)
+    centroids = np.stack([vectors[idx].mean(axis=0) for idx in members]) if members else vectors[:0]
+    return BoxMap(messages, vectors, box_of, boxes, members, position, windows=_unit(windows),
+                  centroids=_unit(centroids), scope=conversation_id)
+
+
+def _unit(x: np.ndarray) -> np.ndarray:
+    norms = np.linalg.norm(x, axis=1, keepdims=True)
+    return x / np.where(norms > 0, norms, 1.0)
+
+
+class BoxHitsRetriever(Retriever):
+    name = "box-hits"
+    decay = DECAY
+    box_weight = BOX_WEIGHT
+
+    def __init__(self, memory: "Memory"):
+        super().__init__(memory)
+        self.turns = TurnRagRetriever(memory)  # message vectors, embedded once per memory folder
+        self._maps: dict[str | None, BoxMap] = {}
+
+    def box_map(self, conversation_id: str | None) -> BoxMap:
+        if conversation_id not in self._maps:
+            chunks, vecs = self.turns.units(conversation_id)
+            self._maps[conversation_id] = box_map(self.memory, [c[0] for c in chunks], vecs, conversation_id,
+                                                  self.name)
+        return self._maps[conversation_id]
+
+    def priorities(self, bm: BoxMap, qv: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(relevance, priority) of every message (see the module docstring)."""
+        rel = 0.5 * (bm.vectors @ qv + bm.windows @ qv)
+        prio = np.empty_like(rel)
+        for idx in bm.members:
+            pos = np.arange(len(idx))
+            prio[idx] = (rel[idx][None, :] - self.decay * np.abs(pos[:, None] - pos[None, :])).max(axis=1)
+        return rel, prio + self.box_weight * (bm.centroids @ qv)[bm.box_of]
+
+    def retrieve(self, question, conversation_id, k, budget_tokens):
+        if not question.strip():
+            raise ValueError("retrieve: the question is empty")
+        bm = self.box_map(conversation_id)
+        if not bm.messages:
+            return Context("")
+        sims, prio = self.priorities(bm, self.memory.embedder.encode([question])[0])
+        hits = np.argsort(-sims, kind="stable")[:k]
+        candidates = np.unique(np.concatenate([bm.members[b] for b in bm.box_of[hits]]))
+        order = candidates[np.lexsort((-sims[candidates], -prio[candidates]))]  # a hit before equal neighbours
+        layout = bm.layout(budget_tokens)
+        self.fill(layout, bm, order, sims, prio, hits)
+        ctx = layout.context()
+        shown = dict.fromkeys(bm.box(m) for m in sorted(layout.messages, key=lambda m: (m.conversation_id, m.seq)))
+        ctx.box_ids = [bm.boxes[b].id for b in shown if bm.boxes[b].id >= 0]
+        ctx.scores = {bm.boxes[b].id: float(sims[bm.members[b]].max()) for b in shown if bm.boxes[b].id >= 0}
+        return ctx
+
+    def fill(self, layout: Layout, bm: BoxMap, order: np.ndarray, sims: np.ndarray, prio: np.ndarray,
+             hits: np.ndarray) -> None:
+        """Add candidates best first, each while it fits (a long message may be passed over for shorter ones)."""
+        shown = set(layout.messages)
+        for i in order:
+            m = bm.messages[i]
+            if m not in shown and layout.try_add([m]):
+                shown.add(m)
+
+
+class BoxHitsTraceRetriever(BoxHitsRetriever):
+    """box-hits, keeping up to TRACE_SHARE of the budget for the storyline in other sessions."""
+
+    name = "box-hits-trace"
+    share = TRACE_SHARE
+    seeds = TRACE_SEEDS
+
+    def __init__(self, memory):
+        super().__init__(memory)
+        self._linked: dict[str | None, dict[int, set[int]]] = {}
+
+    def linked_boxes(self, conversation_id: str | None) -> dict[int, set[int]]:
+        """Box id -> ids of the boxes sharing a trace with it (from the Trace Weaver's traces)."""
+        if conversation_id not in self._linked:
+            linked: dict[int, set[int]] = {}
+            for _, events in self.memory.store.traces_with_events(conversation_id):
+                ids = {e.box_id for e in events}
+                for b in ids:
+                    linked.setdefault(b, set()).update(ids - {b})
+            self._linked[conversation_id] = linked
+        return self._linked[conversation_id]
+
+    def storyline(self, bm: BoxMap, hits: np.ndarray) -> list[int]:
+        """Box positions in other sessions linked by a trace to the boxes of the best hits."""
+        seeds = list(dict.fromkeys(int(b) for b in bm.box_of[hits]))[:self.seeds]
+        linked = self.linked_boxes(bm.scope)
+        by_id = {b.id: n for n, b in enumerate(bm.boxes) if b.id >= 0}
+        session = lambda n: (bm.boxes[n].conversation_id, bm.boxes[n].session)  # noqa: E731
+        return sorted({by_id[x] for b in seeds for x in linked.get(bm.boxes[b].id, ())
+                       if x in by_id and session(by_id[x]) != session(b)})
+
+    def fill(self, layout, bm, order, sims, prio, hits):
+        story = self.storyline(bm, hits)
+        if not story:
+            return super().fill(layout, bm, order, sims, prio, hits)
+        full = layout.budget
+        layout.budget = full - int(self.share * full)
+        super().fill(layout, bm, order, sims, prio, hits)  # the hits' own boxes first
+        layout.budget = full
+        extra = np.concatenate([bm.members[b] for b in story])
+        super().fill(layout, bm, extra[np.lexsort((-sims[extra], -prio[extra]))], sims, prio, hits)
+        super().fill(layout, bm, order, sims, prio, hits)  # what the storyline left unused
+
+
+class _FilingLoom(Loom):
+    """The Loom's filing without extraction: sealed boxes stay 'sealed', and a full build extracts them."""
+
+    def extract(self, box: Box):
+        return box
+        yield  # a step that asks for nothing
+
+
+def file_into_boxes(memory: "Memory", conversation_id: str) -> int:
+    """File the conversation's pending messages into boxes with the Loom's continuity rule (the config's
+    judge, online, as a build would), sealing every box but extracting none. Returns how many were filed."""
+    loom = _FilingLoom(conversation_id, memory.store, memory.config)
+    pending = memory.store.pending_messages(conversation_id)
+
+    def step():
+        for m in pending:
+            yield from loom.process(m)
+        yield from loom.seal_open()
+
+    memory.driver().drive(step(), conversation_id)
+    return len(pending)
+
+
+BOX_MODES = (BoxHitsRetriever.name,)  # modes that need boxes but not their records (`--boxes-only` builds)
+for _r in (BoxHitsRetriever, BoxHitsTraceRetriever):
+    RETRIEVERS[_r.name] = _r

@@ -1,0 +1,160 @@
+"""Box-aware retrieval (box-hits, box-hits-trace) with the deterministic doubles."""
+from __future__ import annotations
+
+import pytest
+
+from membox_local.boxaware import BOX_MODES, file_into_boxes
+from membox_local.records import Event, Message
+from membox_local.retrieve import count_tokens, make_retriever
+
+# (session, date, topic, messages): each tuple is one box
+BOXES = [
+    ("1", "8 May 2023", "garden tomatoes", [
+        ("Ann", "I planted cherry tomatoes in my garden this weekend"),
+        ("Bob", "Nice, how many plants did you buy?"),
+        ("Ann", "Six plants, the nursery had a sale"),
+        ("Bob", "Six is plenty for a small plot"),
+    ]),
+    ("1", "8 May 2023", "car trouble", [
+        ("Bob", "My car broke down on the highway yesterday"),
+        ("Ann", "Oh no, did it need a tow truck?"),
+        ("Bob", "Yes, a tow truck took it to the mechanic"),
+    ]),
+    ("2", "20 June 2023", "harvest", [
+        ("Ann", "The cherry tomatoes are finally ripe in the garden"),
+        ("Bob", "You should make a salad with them"),
+    ]),
+    ("2", "20 June 2023", "kitten", [
+        ("Ann", "I adopted a grey kitten named Pixel"),
+        ("Bob", "Pixel is a lovely name for a kitten"),
+        ("Ann", "Pixel sleeps on the piano every evening"),
+    ]),
+]
+CONV = "c1"
+
+
+def _messages() -> list[Message]:
+    out = []
+    for session, date, _, turns in BOXES:
+        n = sum(m.session == session for m in out)
+        out += [Message(CONV, f"D{session}:{n + i + 1}", who, text, session, date) for i, (who, text) in enumerate(turns)]
+    return out
+
+
+def _file(memory, with_records: bool = True) -> list[int]:
+    """The BOXES filed through the store as a build would leave them; returns the box ids."""
+    store = memory.store
+    store.add_messages(_messages())
+    stored = {m.message_id: m for m in store.messages(CONV)}
+    ids, pos = [], 0
+    for session, date, topic, turns in BOXES:
+        msgs = list(stored.values())[pos:pos + len(turns)]
+        pos += len(turns)
+        box_id = store.open_box(msgs[0])
+        for m in msgs:
+            store.file_message(m, box_id, "continue", None)
+        store.set_box_status(box_id, "sealed")
+        if with_records:
+            store.save_extraction(box_id, topic, [topic], [Event(0, box_id, CONV, msgs[0].text, date)])
+        ids.append(box_id)
+    return ids
+
+
+@pytest.fixture
+def filed(memory):
+    return _file(memory)
+
+
+def _shown_lines(ctx) -> list[str]:
+    return [line for line in ctx.text.split("\n") if line and not line.startswith("[")]
+
+
+def test_budget_is_respected_and_counted_exactly(memory, filed):
+    r = make_retriever("box-hits", memory)
+    for budget in (30, 60, 120, 1000):
+        ctx = r.retrieve("How many tomato plants did Ann buy?", CONV, 10**6, budget)
+        assert ctx.tokens <= budget
+        assert ctx.message_ids
+
+
+def test_the_best_turn_is_always_shown_with_its_box_neighbours_first(memory, filed):
+    r = make_retriever("box-hits", memory)
+    ctx = r.retrieve("Where did the tow truck take the car?", CONV, 10**6, 40)
+    assert "D1:7" in ctx.message_ids  # the hit
+    # its nearest box neighbour comes before anything from another box
+    assert "D1:6" in ctx.message_ids
+    assert {"D1:5", "D1:6", "D1:7"} >= set(ctx.message_ids)
+
+
+def test_context_never_crosses_a_box_boundary_for_neighbours(memory, filed):
+    r = make_retriever("box-hits", memory)
+    # D1:5 opens the car box; D1:4 (the garden box's last turn) is adjacent in time but another topic
+    ctx = r.retrieve("My car broke down on the highway", CONV, 1, 10**6)
+    assert set(ctx.message_ids) == {"D1:5", "D1:6", "D1:7"}  # k=1: the hit's box, whole
+
+
+def test_time_order_and_box_headers(memory, filed):
+    ctx = make_retriever("box-hits", memory).retrieve("cherry tomatoes garden", CONV, 10**6, 10**6)
+    seqs = [int(mid.split(":")[1]) + 100 * int(mid[1]) for mid in ctx.message_ids]
+    assert seqs == sorted(seqs)
+    boxes = memory.store.boxes(CONV)
+    blocks = ctx.text.split("\n\n")
+    assert len(blocks) == len(ctx.box_ids) == 4
+    for block, box_id in zip(blocks, ctx.box_ids):
+        box = memory.store.box(box_id)
+        assert block.split("\n")[0] == box.header()
+        assert "| topic: " in box.header()
+        assert block.split("\n")[1:] == [m.render() for m in box.messages]
+    assert [b.id for b in boxes] == ctx.box_ids
+
+
+def test_message_ids_are_exactly_the_messages_shown(memory, filed):
+    r = make_retriever("box-hits", memory)
+    by_id = {m.message_id: m for m in memory.store.messages(CONV)}
+    for budget in (20, 45, 90, 400):
+        ctx = r.retrieve("What is the kitten called?", CONV, 10**6, budget)
+        assert _shown_lines(ctx) == [by_id[i].render() for i in ctx.message_ids]
+        assert ctx.tokens == count_tokens(ctx.text)
+
+
+def test_trace_variant_adds_the_storyline_from_other_sessions(memory, filed):
+    store = memory.store
+    garden, _, harvest, _ = filed
+    events = {b: store.events_of_box(b)[0].id for b in filed}
+    store.create_trace(CONV, "Ann's tomatoes", [events[garden], events[harvest]])
+    q = "How many tomato plants did Ann buy at the nursery sale?"
+    plain = make_retriever("box-hits", memory).retrieve(q, CONV, 10**6, 80)
+    traced = make_retriever("box-hits-trace", memory).retrieve(q, CONV, 10**6, 80)
+    harvest_ids = {m.message_id for m in store.box(harvest).messages}
+    assert not set(plain.message_ids) & harvest_ids
+    assert set(traced.message_ids) & harvest_ids
+    assert harvest in traced.box_ids and traced.tokens <= 80
+    assert len(set(traced.message_ids)) == len(traced.message_ids)
+    assert "D1:3" in traced.message_ids  # the hit itself stays
+
+
+def test_trace_variant_without_traces_is_box_hits(memory, filed):
+    q = "Pixel piano"
+    a = make_retriever("box-hits", memory).retrieve(q, CONV, 10**6, 50)
+    b = make_retriever("box-hits-trace", memory).retrieve(q, CONV, 10**6, 50)
+    assert a.text == b.text and a.message_ids == b.message_ids
+
+
+def test_unfiled_messages_and_missing_boxes(memory):
+    memory.store.add_messages(_messages())
+    with pytest.raises(ValueError, match="needs messages filed into boxes"):
+        make_retriever("box-hits", memory).retrieve("kitten", CONV, 10, 100)
+
+
+def test_file_into_boxes_uses_no_language_model_and_a_build_extracts_later(memory, fake_backend):
+    memory.store.add_messages(_messages())
+    assert file_into_boxes(memory, CONV) == len(_messages())
+    boxes = memory.store.boxes(CONV)
+    assert boxes and all(b.status == "sealed" and not b.topic for b in boxes)
+    assert sum(len(b.messages) for b in boxes) == len(_messages())
+    assert not fake_backend.calls
+    ctx = make_retriever("box-hits", memory).retrieve("kitten Pixel", CONV, 10**6, 60)
+    assert ctx.message_ids and ctx.text.startswith("[20 June 2023]")
+    memory.add([], seal=True)  # a full build picks the sealed boxes up
+    assert all(b.status == "extracted" for b in memory.store.boxes(CONV))
+    assert "box-hits" in BOX_MODES
