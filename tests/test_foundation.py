@@ -207,3 +207,10 @@ def test_index_is_rebuilt_from_the_store(tmp_path, cfg):
 
 def test_count_tokens_is_model_free():
     assert count_tokens("Hi, Tom! It's 5 am.") == 10
+
+
+@pytest.mark.parametrize("path", sorted((Path(__file__).parent.parent / "configs").glob("*.toml")), ids=lambda p: p.stem)
+def test_every_shipped_config_loads(path):
+    cfg = load_config(path)
+    assert cfg.llm.backend in ("llamacpp", "openai", "vllm", "transformers")
+    assert cfg.name == path.stem
