@@ -24,12 +24,20 @@ def _session_key(name: str) -> int:
     return int(name.rsplit("_", 1)[1])
 
 
-def load_locomo(path: str | Path, conversations: list[str] | None = None) -> list[Message]:
+def read_json(path: str | Path, hint: str = "") -> object:
+    """Parse a JSON file; a missing or malformed file is an InputError naming it."""
     path = Path(path)
+    if not path.exists():
+        raise InputError(f"{path}: no such file{hint}")
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        return json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:
         raise InputError(f"{path}: not valid JSON ({exc.msg}, line {exc.lineno})") from None
+
+
+def load_locomo(path: str | Path, conversations: list[str] | None = None) -> list[Message]:
+    path = Path(path)
+    data = read_json(path)
     if not isinstance(data, list):
         raise InputError(f"{path}: expected a list of LoCoMo samples")
     known = [s.get("sample_id") for s in data if isinstance(s, dict)]

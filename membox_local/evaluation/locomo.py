@@ -22,10 +22,10 @@ import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from ..config import REPO_ROOT, Config, load_config
-from ..ingest import InputError
+from ..ingest import InputError, read_json
 from ..records import Message
 from .scorers import SCORERS, metric_names, score_all
 
@@ -71,12 +71,7 @@ class Settings:
 def load_samples(path: str | Path, conversations: list[str]) -> list[dict]:
     """The LoCoMo samples to evaluate (messages are loaded and validated by ingest.load_locomo)."""
     path = Path(path)
-    if not path.exists():
-        raise InputError(f"{path}: no such file; pass --data PATH to a LoCoMo-format .json")
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise InputError(f"{path}: not valid JSON ({exc.msg}, line {exc.lineno})") from None
+    data = read_json(path, "; pass --data PATH to a LoCoMo-format .json")
     known = [s.get("sample_id") for s in data if isinstance(s, dict)]
     missing = [c for c in conversations if c not in known]
     if missing:

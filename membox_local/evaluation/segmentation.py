@@ -9,7 +9,6 @@ Speakers missing from the data (DialSeg711) are filled A/B by turn order.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
@@ -18,7 +17,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ..config import Config, LoomConfig, load_config
-from ..ingest import InputError
+from ..ingest import InputError, read_json
 from ..judges import Decision, Judge, make_judge
 from ..records import Message
 from ..requests import Step
@@ -34,12 +33,7 @@ class Dialogue:
 # ---- data -----------------------------------------------------------------------------------------
 def load_dialogues(path: str | Path, limit: int | None = None) -> list[Dialogue]:
     path = Path(path)
-    if not path.exists():
-        raise InputError(f"{path}: no such file")
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise InputError(f"{path}: not valid JSON ({exc.msg}, line {exc.lineno})") from None
+    data = read_json(path)
     if not isinstance(data, list):
         raise InputError(f"{path}: expected a list of {{id, turns, boundaries}} dialogues")
     out = []
