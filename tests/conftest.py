@@ -21,6 +21,7 @@ DEMO = REPO / "membox_local" / "data" / "demo.jsonl"
 def cfg() -> Config:
     c = load_config("cpu")
     c.loom.judge, c.loom.threshold = "embedding", 0.15  # the doubles are calibrated for the cosine judge
+    c.retrieve.mode = "compact"  # logic tests of the paper's mode; box-aware modes have tests/test_boxaware.py
     return c
 
 
