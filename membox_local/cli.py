@@ -13,6 +13,11 @@ from .models import ModelNotFound
 from .store import StoreError
 
 DEMO_DATA = Path(__file__).parent / "data" / "demo.jsonl"
+DEMO_QUESTIONS = [
+    "Which race did Maya sign up for?",
+    "What did the physio tell Maya to do about her knee?",
+    "What is the name of Tom's cat?",
+]
 
 # Modules under membox_local/evaluation/ that add a `membox eval <name>` subcommand via add_parser(subparsers).
 EVAL_MODULES: list[str] = ["segmentation", "locomo"]
@@ -28,7 +33,6 @@ def _progress(total: int | None, desc: str):
 
 def cmd_build(args) -> int:
     from .memory import Memory
-    from .scheduler import build_conversations
 
     if args.batch_size < 1 or args.jobs < 1:
         raise InputError(f"--batch-size and --jobs must be at least 1 (got {args.batch_size}, {args.jobs})")
@@ -40,18 +44,25 @@ def cmd_build(args) -> int:
     if (Path(args.store) / "shards.json").exists():
         raise InputError(f"{args.store} is sharded (built with --engine ray); rerun with --engine ray")
     with Memory(args.store, cfg, backend=_local_backend(cfg, args.jobs)) as mem:
-        before = len(mem.store.message_rows())
-        added = mem.store.add_messages(messages)
-        pending = sum(len(mem.store.pending_messages(c)) for c in convs)
-        print(f"{args.store}: {added} new messages ({before} already stored), {pending} to file, "
-              f"{len(convs)} conversation(s), config {cfg.name}, batch size {args.batch_size}", file=sys.stderr)
-        t0 = time.time()
-        with _progress(pending, "loom") as bar:
-            report = build_conversations(mem, convs, args.batch_size, seal=not args.keep_open, progress=bar.update,
-                                         on_conversation=lambda c: bar.set_postfix_str(f"done {c}", refresh=False))
-        _finish_build(mem, convs, args.store, time.time() - t0, {"batched_calls": report.calls,
-                                                                 "requests": report.requests})
+        _build_local(mem, args, messages, convs)
     return 0
+
+
+def _build_local(mem, args, messages, convs: list[str]) -> None:
+    from .scheduler import build_conversations
+
+    cfg = mem.config
+    before = len(mem.store.message_rows())
+    added = mem.store.add_messages(messages)
+    pending = sum(len(mem.store.pending_messages(c)) for c in convs)
+    print(f"{args.store}: {added} new messages ({before} already stored), {pending} to file, "
+          f"{len(convs)} conversation(s), config {cfg.name}, batch size {args.batch_size}", file=sys.stderr)
+    t0 = time.time()
+    with _progress(pending, "loom") as bar:
+        report = build_conversations(mem, convs, args.batch_size, seal=not args.keep_open, progress=bar.update,
+                                     on_conversation=lambda c: bar.set_postfix_str(f"done {c}", refresh=False))
+    _finish_build(mem, convs, args.store, time.time() - t0, {"batched_calls": report.calls,
+                                                             "requests": report.requests})
 
 
 def _local_backend(cfg, jobs: int):
@@ -114,18 +125,22 @@ def cmd_ask(args) -> int:
     cfg = load_config(args.config)
     _require_store(args.store)
     with Memory(args.store, cfg) as mem:
-        for q in args.question:
-            ans = mem.answer(q, args.conversation, mode=args.mode, k=args.k, budget_tokens=args.budget)
-            if args.json:
-                print(json.dumps({"question": q, "answer": ans.text, "boxes": ans.context.box_ids,
-                                  "context_tokens": ans.context.tokens}))
-                continue
-            print(f"Q: {q}\nA: {ans.text}")
-            print(f"   from boxes {ans.context.box_ids} ({ans.context.tokens} context tokens)")
-            if args.verbose:
-                print("   " + ans.context.text.replace("\n", "\n   "))
-            print()
+        _ask(mem, args)
     return 0
+
+
+def _ask(mem, args) -> None:
+    for q in args.question:
+        ans = mem.answer(q, args.conversation, mode=args.mode, k=args.k, budget_tokens=args.budget)
+        if args.json:
+            print(json.dumps({"question": q, "answer": ans.text, "boxes": ans.context.box_ids,
+                              "context_tokens": ans.context.tokens}))
+            continue
+        print(f"Q: {q}\nA: {ans.text}")
+        print(f"   from boxes {ans.context.box_ids} ({ans.context.tokens} context tokens)")
+        if args.verbose:
+            print("   " + ans.context.text.replace("\n", "\n   "))
+        print()
 
 
 def cmd_show(args) -> int:
@@ -161,20 +176,20 @@ def cmd_show(args) -> int:
 
 
 def cmd_demo(args) -> int:
+    """Build the bundled conversation, print its boxes and ask it questions, with one model load."""
+    from .memory import Memory
+
     store = Path(args.store)
-    rc = cmd_build(argparse.Namespace(data=str(DEMO_DATA), store=str(store), config=args.config,
-                                      conversations=None, keep_open=False, batch_size=8, jobs=1,
-                                      engine="local"))
-    if rc:
-        return rc
-    cmd_show(argparse.Namespace(store=str(store), conversation=None, traces=False, failed=False, messages=False))
-    questions = [
-        "Which race did Maya sign up for?",
-        "What did the physio tell Maya to do about her knee?",
-        "What is the name of Tom's cat?",
-    ]
-    return cmd_ask(argparse.Namespace(store=str(store), config=args.config, question=questions, conversation=None,
-                                      mode=None, k=None, budget=None, json=False, verbose=False))
+    build = argparse.Namespace(store=str(store), keep_open=False, batch_size=8)
+    ask = argparse.Namespace(question=DEMO_QUESTIONS, conversation=None, mode=None, k=None, budget=None,
+                             json=False, verbose=False)
+    messages = load_messages(DEMO_DATA)
+    with Memory(store, load_config(args.config)) as mem:
+        _build_local(mem, build, messages, [messages[0].conversation_id])
+        cmd_show(argparse.Namespace(store=str(store), conversation=None, traces=False, failed=False,
+                                    messages=False))
+        _ask(mem, ask)
+    return 0
 
 
 def _require_store(path: str) -> None:
