@@ -134,9 +134,12 @@ class Memory:
         return self._indexes[name]
 
     def sync_box_index(self) -> VectorIndex:
-        """Bring the box index up to date with the store (boxes with a record, plus open boxes' text)."""
+        """Bring the box index up to date with the store: every extracted box, indexed once.
+
+        Runs before every search, so it reads only box ids and loads just the boxes the index lacks.
+        """
         idx = self.index("boxes")
-        boxes = [b for b in self.store.boxes() if b.status == "extracted" and b.id not in idx]
+        boxes = [self.store.box(i) for i in self.store.box_ids(status="extracted") if i not in idx]
         if boxes:
             vecs = self.embedder.encode([box_index_text(b) for b in boxes])
             idx.add([b.id for b in boxes], [b.conversation_id for b in boxes], vecs)

@@ -271,6 +271,11 @@ class Store:
             box.events = self.events_of_box(box.id)
         return box
 
+    def box_ids(self, status: str | None = None) -> list[int]:
+        if status is None:
+            return [r[0] for r in self.db.execute("SELECT id FROM boxes ORDER BY id")]
+        return [r[0] for r in self.db.execute("SELECT id FROM boxes WHERE status=? ORDER BY id", (status,))]
+
     def box(self, box_id: int) -> Box:
         row = self.db.execute("SELECT * FROM boxes WHERE id=?", (box_id,)).fetchone()
         if row is None:
