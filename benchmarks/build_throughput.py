@@ -18,7 +18,6 @@ utterance by stage beside the paper's (Membox, GPT-4o-mini: Tables 5 and 6).
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 import sys
 import tempfile
@@ -34,6 +33,7 @@ from membox_local.ingest import load_messages  # noqa: E402
 from membox_local.memory import Memory  # noqa: E402
 from membox_local.records import Message  # noqa: E402
 from membox_local.scheduler import build_conversations  # noqa: E402
+from _report import emit  # benchmarks/_report.py (scripts run as `python benchmarks/NAME.py`)
 
 # Membox with GPT-4o-mini (paper, Tables 5 and 6): 892 boxes
 PAPER = {"construction_tok_per_utt": 236.18, "construction_tok_per_box": 1557.44, "linking_tok_per_box": 3133.56,
@@ -184,10 +184,7 @@ def main() -> None:
         "model_load_s": round(load_s, 1), "rows": rows, "paper_gpt4o_mini": {k: round(v, 2) for k, v in PAPER.items()},
         "target_total_tok_per_utt": round(PAPER["total_tok_per_utt"] / 2, 1),
     }
-    text = json.dumps(report, indent=2)
-    print(text)
-    if a.out:
-        Path(a.out).write_text(text + "\n")
+    emit(report, a.out)
 
 
 if __name__ == "__main__":

@@ -110,13 +110,18 @@ def _dated(text: str, date: str) -> str:
     return f"[{date}] {text}" if date else text
 
 
+def _numbered(items: Sequence[str]) -> str:
+    """Events listed 1..n: the model answers with these numbers (see _numbers)."""
+    return "\n".join(f"{i}. {t}" for i, t in enumerate(items, 1))
+
+
 def link_prompt(summary: str, trace_events: Sequence[tuple[str, str]], new_events: Sequence[str],
                 new_date: str) -> Prompt:
     """`trace_events` are (text, date) pairs in time order; `new_events` come from one box dated `new_date`."""
     chain = "\n".join(f"- {_dated(t, d)}" for t, d in trace_events)
     when = f" ({new_date})" if new_date else ""
-    new = "\n".join(f"{i}. {t}" for i, t in enumerate(new_events, 1))
-    return Prompt(LINK_SYSTEM, f"Storyline: {summary}\nEvents so far:\n{chain}\n\nNew events{when}:\n{new}\n\nJSON:")
+    return Prompt(LINK_SYSTEM, f"Storyline: {summary}\nEvents so far:\n{chain}\n\n"
+                               f"New events{when}:\n{_numbered(new_events)}\n\nJSON:")
 
 
 TRACE_INIT_SYSTEM = (
@@ -149,8 +154,7 @@ def trace_init_schema(n_events: int, max_traces: int, max_title_chars: int) -> d
 
 def trace_init_prompt(events: Sequence[str], date: str) -> Prompt:
     when = f" ({date})" if date else ""
-    body = "\n".join(f"{i}. {t}" for i, t in enumerate(events, 1))
-    return Prompt(TRACE_INIT_SYSTEM, f"Events{when}:\n{body}\n\nJSON:")
+    return Prompt(TRACE_INIT_SYSTEM, f"Events{when}:\n{_numbered(events)}\n\nJSON:")
 
 
 # ---- Answering ----------------------------------------------------------------------------------
