@@ -13,6 +13,7 @@ over HTTP the model writes `{"label": "..."}` under the schema. They agree where
 from __future__ import annotations
 
 import importlib.util
+from contextlib import contextmanager
 import os
 import socket
 import subprocess
@@ -115,44 +116,44 @@ def box_summary(mem):
             for b in mem.boxes()]
 
 
-@pytest.mark.integration
-def test_same_boxes_extractions_and_answers(tmp_path):
+@contextmanager
+def built_pair(tmp_path, judge: str, messages):
+    """The same messages built in process (a) and through the llama.cpp server (b)."""
     pytest.importorskip("llama_cpp")
-    messages = load_messages(DEMO)[:12]
     with LlamaServer.start_or_skip() as server:
-        a_cfg, b_cfg = parity_configs(server.url, judge="embedding")
+        a_cfg, b_cfg = parity_configs(server.url, judge=judge)
         a, b = build(tmp_path / "a", a_cfg, messages), build(tmp_path / "b", b_cfg, messages)
         try:
-            sa, sb = box_summary(a), box_summary(b)
-            assert [s[0] for s in sa] == [s[0] for s in sb]  # boxes: embedding judge, LLM-free
-            for x, y in zip(sa, sb):  # extractions: same grammar, same greedy decoding
-                assert x == y, f"extraction differs:\n  in process: {x}\n  server:     {y}"
-            q = "Which race did Maya sign up for?"
-            assert a.answer(q).text == b.answer(q).text
-            ua, ub = a.stats()["llm_usage"], b.stats()["llm_usage"]
-            assert {k: v["calls"] for k, v in ua.items()} == {k: v["calls"] for k, v in ub.items()}
-            assert ua["extract"]["completion_tokens"] == ub["extract"]["completion_tokens"]
+            yield a, b
         finally:
             a.close()
             b.close()
+
+
+@pytest.mark.integration
+def test_same_boxes_extractions_and_answers(tmp_path):
+    messages = load_messages(DEMO)[:12]
+    with built_pair(tmp_path, "embedding", messages) as (a, b):
+        sa, sb = box_summary(a), box_summary(b)
+        assert [s[0] for s in sa] == [s[0] for s in sb]  # boxes: embedding judge, LLM-free
+        for x, y in zip(sa, sb):  # extractions: same grammar, same greedy decoding
+            assert x == y, f"extraction differs:\n  in process: {x}\n  server:     {y}"
+        q = "Which race did Maya sign up for?"
+        assert a.answer(q).text == b.answer(q).text
+        ua, ub = a.stats()["llm_usage"], b.stats()["llm_usage"]
+        assert {k: v["calls"] for k, v in ua.items()} == {k: v["calls"] for k, v in ub.items()}
+        assert ua["extract"]["completion_tokens"] == ub["extract"]["completion_tokens"]
 
 
 @pytest.mark.integration
 def test_llm_judge_labels_mostly_agree(tmp_path):
     """Labels: first-token logits (in process) vs. schema-constrained generation (server)."""
-    pytest.importorskip("llama_cpp")
     messages = load_messages(DEMO)[:12]
-    with LlamaServer.start_or_skip() as server:
-        a_cfg, b_cfg = parity_configs(server.url, judge="llm")
-        a, b = build(tmp_path / "a", a_cfg, messages), build(tmp_path / "b", b_cfg, messages)
-        try:
-            la = [r["decision"] for r in a.store.message_rows()]
-            lb = [r["decision"] for r in b.store.message_rows()]
-            assert len(la) == len(lb) == len(messages)
-            judged = [(x, y) for x, y in zip(la, lb) if x in ("yes", "partly", "no")]
-            agree = sum(x == y for x, y in judged) / max(1, len(judged))
-            print(f"\nlabel agreement {agree:.2f} over {len(judged)} judged messages\n  a={la}\n  b={lb}")
-            assert all(y in ("yes", "partly", "no", "first", "session", "min-context", "max-size") for y in lb)
-        finally:
-            a.close()
-            b.close()
+    with built_pair(tmp_path, "llm", messages) as (a, b):
+        la = [r["decision"] for r in a.store.message_rows()]
+        lb = [r["decision"] for r in b.store.message_rows()]
+        assert len(la) == len(lb) == len(messages)
+        judged = [(x, y) for x, y in zip(la, lb) if x in ("yes", "partly", "no")]
+        agree = sum(x == y for x, y in judged) / max(1, len(judged))
+        print(f"\nlabel agreement {agree:.2f} over {len(judged)} judged messages\n  a={la}\n  b={lb}")
+        assert all(y in ("yes", "partly", "no", "first", "session", "min-context", "max-size") for y in lb)
