@@ -161,6 +161,17 @@ def test_llamacpp_pool_splits_a_batch_and_keeps_order(cfg):
         LlamaCppPool(cfg.llm, 5, make=make)
 
 
+def test_default_jobs_pool_llamacpp_only_for_several_conversations(cfg):
+    from membox_local.cli import auto_jobs
+
+    cfg.llm.n_threads = 2
+    assert auto_jobs(cfg, conversations=6, batch_size=8) == 2  # one instance per core
+    assert auto_jobs(cfg, conversations=1, batch_size=8) == 1  # requests come one by one: keep the threads
+    assert auto_jobs(cfg, conversations=6, batch_size=1) == 1
+    cfg.llm.backend = "openai"
+    assert auto_jobs(cfg, conversations=6, batch_size=8) == 1  # batches by itself
+
+
 def test_cli_build_batches_and_resumes(tmp_path, monkeypatch, capsys):
     """`membox build --batch-size`: validation first, one batched call per stage, a rerun files nothing."""
     import json
@@ -178,12 +189,12 @@ def test_cli_build_batches_and_resumes(tmp_path, monkeypatch, capsys):
                 fh.write(json.dumps({"conversation_id": conv, "message_id": m.message_id, "speaker": m.speaker,
                                      "text": m.text, "session": m.session, "session_date": m.session_date}) + "\n")
     store = tmp_path / "store"
-    assert main(["build", str(data), "--store", str(store), "--batch-size", "4"]) == 0
+    assert main(["build", str(data), "--store", str(store), "--batch-size", "4", "--jobs", "1"]) == 0
     stats = json.loads(capsys.readouterr().out)
     assert stats["conversations"] == len(LENGTHS) and stats["messages"] == sum(LENGTHS)
     assert stats["requests"]["JsonRequest"] > stats["batched_calls"]["JsonRequest"]
     assert max(backend.batches) == 4
-    assert main(["build", str(data), "--store", str(store), "--batch-size", "4"]) == 0
+    assert main(["build", str(data), "--store", str(store), "--batch-size", "4", "--jobs", "1"]) == 0
     assert "0 to file" in capsys.readouterr().err
     assert main(["build", str(data), "--store", str(store), "--batch-size", "0"]) == 2
     assert main(["build", str(data), "--store", str(store), "--jobs", "2", "--engine", "ray", "--ray-address",
