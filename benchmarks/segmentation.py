@@ -3,6 +3,7 @@
     python benchmarks/segmentation.py fit      # embedding threshold + hybrid weights: fit on TIAGE train,
                                                # choose on TIAGE dev, report dev, DialSeg711 and LoCoMo box sizes
     python benchmarks/segmentation.py locomo --config cpu [--judge NAME] [--set loom.key=value ...]
+    python benchmarks/segmentation.py ceiling  # upper bound: the hybrid fitted on DialSeg711 itself
 
 Every decision goes through `membox_local.evaluation.segmentation.run_segmenter`, i.e. `loom.decide`, online.
 Embeddings are computed once per text with the config's embedder and kept in runs/segmentation/vectors.npz.
@@ -211,6 +212,33 @@ def choose(report: dict) -> dict:
     return chosen
 
 
+def cmd_ceiling(args) -> int:
+    """An upper bound, not a judge: the hybrid fitted on DialSeg711 itself (teacher-forced weights, bias offset
+    swept on DialSeg711). If even this misses a published DialSeg711 result, no judge fitted on TIAGE with
+    these features can reach it. Results: runs/segmentation/ceiling.json."""
+    data = Path(args.data_dir) / "segmentation"
+    test = load_dialogues(data / "dialseg711_test.json", args.dialseg_limit)
+    dev = load_dialogues(data / "tiage_dev.json")
+    cfg = load_config(args.config)
+    emb = LookupEmbedder(cfg, [m.text for ds in (test, dev) for d in ds for m in d.messages], RUNS / "vectors.npz")
+    X, y = teacher_forced(test, emb, cfg.loom.window, 2)
+    out = {"date": time.strftime("%Y-%m-%d"), "command": "python benchmarks/segmentation.py " + " ".join(sys.argv[1:]),
+           "fitted_on": "dialseg711 (oracle: test data, an upper bound only)", "rows": []}
+    for fs, names in FEATURE_SETS.items():
+        weights, bias = fit_logistic(X, y, names)
+        offsets = np.round(np.arange(-2.0, 2.01, 0.25), 2)
+        best = max(offsets, key=lambda o: objective(run(with_loom(cfg, judge="hybrid", weights=weights,
+                                                                 bias=bias + float(o)), test, emb)))
+        c = with_loom(cfg, judge="hybrid", weights=weights, bias=round(bias + float(best), 4))
+        row = {"features": fs, "dialseg711": run(c, test, emb), "tiage_dev": run(c, dev, emb)}
+        out["rows"].append(row)
+        print(f"oracle hybrid {fs:16s} DialSeg711 " + "/".join(f"{row['dialseg711'][m]:.3f}" for m in ("pk", "wd", "f1"))
+              + " | TIAGE dev " + "/".join(f"{row['tiage_dev'][m]:.3f}" for m in ("pk", "wd", "f1")), file=sys.stderr)
+    RUNS.mkdir(parents=True, exist_ok=True)
+    (RUNS / "ceiling.json").write_text(json.dumps(out, indent=2) + "\n")
+    return 0
+
+
 def cmd_choose(args) -> int:
     report = json.loads((RUNS / "fit.json").read_text())
     chosen = choose(report)
@@ -309,6 +337,10 @@ def main() -> int:
     lo.add_argument("--set", action="append")
     lo.add_argument("--limit", type=int, help="only the first N messages of each conversation")
     lo.set_defaults(func=cmd_locomo)
+    ce = sub.add_parser("ceiling", help="upper bound: the hybrid fitted on DialSeg711 itself (analysis only)")
+    ce.add_argument("--config", default="cpu")
+    ce.add_argument("--dialseg-limit", type=int, help="only the first N DialSeg711 dialogues")
+    ce.set_defaults(func=cmd_ceiling)
     sub.add_parser("choose", help="re-apply the selection rule to runs/segmentation/fit.json").set_defaults(
         func=cmd_choose)
     fp = sub.add_parser("fit-prob", help="fit llm-logprob's prob_threshold from a run with prob_threshold=0")

@@ -202,6 +202,7 @@ class _FilingLoom(Loom):
 def file_into_boxes(memory: "Memory", conversation_id: str) -> int:
     """File the conversation's pending messages into boxes with the Loom's continuity rule (the config's
     judge, online, as a build would), sealing every box but extracting none. Returns how many were filed."""
+    memory.check_build_settings()
     loom = _FilingLoom(conversation_id, memory.store, memory.config)
     pending = memory.store.pending_messages(conversation_id)
 

@@ -9,7 +9,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, Iterable
 
@@ -84,6 +84,31 @@ class Memory:
                 f"use the same embedder or a new memory folder"
             )
 
+    def build_settings(self) -> dict:
+        """The settings that decide what a build writes (boxes, records, traces); execution settings such as
+        threads, batch sizes or retrieval are free to change between runs."""
+        c = self.config
+        out = {"llm.backend": c.llm.backend, "llm.model": c.llm.model, "llm.temperature": c.llm.temperature}
+        for section in ("loom", "extract", "weaver"):
+            for key, value in asdict(getattr(c, section)).items():
+                out[f"{section}.{key}"] = value
+        return json.loads(json.dumps(out))  # as stored: tuples become lists
+
+    def check_build_settings(self) -> None:
+        """A memory is filed with one set of build settings: continuing it with others (another judge,
+        other weights, another model) would mix two segmentations in one store, silently. Refused."""
+        now = self.build_settings()
+        stored = self.store.get_meta("build_settings")
+        if stored is None:
+            self.store.set_meta("build_settings", json.dumps(now, sort_keys=True))
+            return
+        before = json.loads(stored)
+        diff = sorted(k for k in set(before) | set(now) if before.get(k) != now.get(k))
+        if diff:
+            shown = "; ".join(f"{k}: {before.get(k)!r} then, {now.get(k)!r} now" for k in diff[:6])
+            raise ValueError(f"{self.path} was built with other settings ({shown}{' ...' if len(diff) > 6 else ''}); "
+                             f"continue it with the settings it was built with, or build into a new memory folder")
+
     # ---- writing --------------------------------------------------------------------------------
     def loom(self, conversation_id: str) -> Loom:
         if conversation_id not in self._looms:
@@ -93,6 +118,7 @@ class Memory:
 
     def conversation_step(self, conversation_id: str, seal: bool, progress: Callable[[int], None] | None = None):
         """The generator step that processes every pending message of one conversation."""
+        self.check_build_settings()
         loom = self.loom(conversation_id)
         yield from loom.finish_pending()
         if self.weaver is not None:
@@ -120,6 +146,7 @@ class Memory:
         return added
 
     def seal(self, conversation_id: str | None = None) -> None:
+        self.check_build_settings()
         driver = self.driver()
         for conv in [conversation_id] if conversation_id else self.store.conversations():
             driver.drive(self.loom(conv).seal_open(), conv)

@@ -153,6 +153,25 @@ def test_interrupted_build_resumes_without_loss_or_doubling(tmp_path, cfg):
     assert len(again.store.message_rows()) == 40
 
 
+def test_a_memory_is_not_continued_with_other_build_settings(tmp_path, cfg):
+    import copy
+
+    msgs = load_jsonl(DEMO)
+    with Memory(tmp_path / "m", cfg, backend=FakeBackend(), embedder=FakeEmbedder()) as mem:
+        mem.add(msgs[:10])
+    other = copy.deepcopy(cfg)
+    other.loom.threshold = 0.4  # another segmentation would be mixed into the same store
+    with Memory(tmp_path / "m", other, backend=FakeBackend(), embedder=FakeEmbedder()) as mem:
+        with pytest.raises(ValueError, match=r"loom.threshold: 0.15 then, 0.4 now"):
+            mem.add(msgs[10:])
+        assert len(mem.store.pending_messages(msgs[0].conversation_id)) == 30  # stored, not filed
+    free = copy.deepcopy(cfg)
+    free.retrieve.k, free.llm.n_threads = 3, 1  # retrieval and execution settings may change
+    with Memory(tmp_path / "m", free, backend=FakeBackend(), embedder=FakeEmbedder()) as mem:
+        mem.add(msgs[10:], seal=True)
+        assert not mem.store.pending_messages(msgs[0].conversation_id)
+
+
 def test_batched_build_equals_one_at_a_time(tmp_path, cfg):
     msgs = load_jsonl(DEMO)
     convs = {}
