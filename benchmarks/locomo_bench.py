@@ -11,6 +11,9 @@ so a run stopped part-way keeps what finished. Steps, each resumable by rerunnin
     python benchmarks/locomo_bench.py qa --conversations conv-30 conv-26
     # the recall tables over the listed conversations in one summary (records already there are reused)
     python benchmarks/locomo_bench.py report --conversations conv-30 conv-26
+    # runs made side by side with `membox eval locomo --out DIR` (e.g. two processes, --threads 1 each)
+    python benchmarks/locomo_bench.py merge runs/recall-full-A runs/recall-full-B
+    python benchmarks/locomo_bench.py merge --qa --qa-budget 1000 runs/qa-full-conv-30 runs/qa-full-conv-26
 
 Each step is `membox eval locomo` (membox_local.evaluation.locomo.run) with fixed settings.
 """
@@ -70,9 +73,38 @@ def qa(args) -> dict:
     return run(_settings(args, QA_OUT, modes=args.modes or [], qa=True, limit=args.limit, qa_budget=args.qa_budget))
 
 
+def merge(args) -> dict:
+    """One summary over run folders filled side by side (e.g. two processes, each building other conversations
+    with --threads 1): their records are copied into the recall (or, with --qa, the QA) folder and summarised.
+    Only conversations with records are summarised; their builds are reused, never started here."""
+    from membox_local.evaluation.locomo import _read_records
+
+    records: dict = {}
+    for folder in args.sources:
+        got = _read_records(Path(folder) / "questions.jsonl")
+        if not got:
+            raise SystemExit(f"{folder}: no questions.jsonl records")
+        records.update(got)
+    convs = list(dict.fromkeys(key[0] for key in records))
+    out = Path((QA_OUT if args.qa else RECALL_OUT).format(config=args.config, prefix=""))
+    out.mkdir(parents=True, exist_ok=True)
+    have = _read_records(out / "questions.jsonl")
+    with open(out / "questions.jsonl", "a", encoding="utf-8") as fh:
+        for key, rec in records.items():
+            if have.get(key) != rec:
+                fh.write(json.dumps(rec, ensure_ascii=False) + "\n")
+    modes = list(dict.fromkeys(key[1] for key in records))
+    args.conversations = convs
+    if args.qa:
+        return run(_settings(args, QA_OUT, modes=modes, qa=True, k=[10], qa_budget=args.qa_budget), progress=False)
+    return run(_settings(args, RECALL_OUT, qa=False), progress=False)
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("step", choices=["recall", "baselines", "qa", "report"])
+    p.add_argument("step", choices=["recall", "baselines", "qa", "report", "merge"])
+    p.add_argument("sources", nargs="*", help="merge: run folders (membox eval locomo --out ...) to summarise together")
+    p.add_argument("--qa", action="store_true", help="merge: the sources are QA runs (k=10, --qa-budget)")
     p.add_argument("--data", default=str(DEFAULT_DATA))
     p.add_argument("--config", default="cpu")
     p.add_argument("--conversations", nargs="+", default=["conv-30", "conv-26"])
@@ -83,7 +115,8 @@ def main(argv=None) -> int:
     p.add_argument("--sessions", type=int, default=0, help="recall/qa/report: only the first N sessions of each")
     p.add_argument("--threads", type=int, default=0, help="llama.cpp threads (default: the config's)")
     args = p.parse_args(argv)
-    summary = {"recall": recall, "baselines": baselines, "qa": qa, "report": report_recall}[args.step](args)
+    summary = {"recall": recall, "baselines": baselines, "qa": qa, "report": report_recall,
+               "merge": merge}[args.step](args)
     print(f"<!-- machine: {_machine()}; date {time.strftime('%Y-%m-%d')}; command: "
           f"python benchmarks/locomo_bench.py {' '.join(sys.argv[1:] if argv is None else argv)} -->")
     print(markdown(summary))
