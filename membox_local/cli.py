@@ -59,7 +59,8 @@ def _build_local(mem, args, messages, convs: list[str]) -> None:
     added = mem.store.add_messages(messages)
     pending = sum(len(mem.store.pending_messages(c)) for c in convs)
     print(f"{args.store}: {added} new messages ({before} already stored), {pending} to file, "
-          f"{len(convs)} conversation(s), config {cfg.name}, batch size {args.batch_size}, model instances {args.jobs}", file=sys.stderr)
+          f"{len(convs)} conversation(s), config {cfg.name}, batch size {args.batch_size}, "
+          f"model instances {args.jobs}", file=sys.stderr)
     t0 = time.time()
     with _progress(pending, "loom") as bar:
         report = build_conversations(mem, convs, args.batch_size, seal=not args.keep_open, progress=bar.update,
