@@ -114,7 +114,7 @@ def main(argv=None) -> int:
     p.add_argument("--builds", default="runs/builds")
     p.add_argument("--sessions", type=int, default=0, help="recall/qa/report: only the first N sessions of each")
     p.add_argument("--threads", type=int, default=0, help="llama.cpp threads (default: the config's)")
-    args = p.parse_args(argv)
+    args = p.parse_intermixed_args(argv)
     summary = {"recall": recall, "baselines": baselines, "qa": qa, "report": report_recall,
                "merge": merge}[args.step](args)
     print(f"<!-- machine: {_machine()}; date {time.strftime('%Y-%m-%d')}; command: "
