@@ -22,7 +22,7 @@ from .loom import Loom
 from .prompts import answer_prompt
 from .records import Box, Message
 from .retrieve import Context, box_index_text, make_retriever
-from .store import Store
+from .store import Store, StoreError
 
 
 @dataclass
@@ -79,7 +79,7 @@ class Memory:
         if stored is None:
             self.store.set_meta("embedder", name)
         elif stored != name:
-            raise ValueError(
+            raise StoreError(
                 f"{self.path} was built with embedder '{stored}', but the config asks for '{name}'; "
                 f"use the same embedder or a new memory folder"
             )
@@ -106,7 +106,7 @@ class Memory:
         diff = sorted(k for k in set(before) | set(now) if before.get(k) != now.get(k))
         if diff:
             shown = "; ".join(f"{k}: {before.get(k)!r} then, {now.get(k)!r} now" for k in diff[:6])
-            raise ValueError(f"{self.path} was built with other settings ({shown}{' ...' if len(diff) > 6 else ''}); "
+            raise StoreError(f"{self.path} was built with other settings ({shown}{' ...' if len(diff) > 6 else ''}); "
                              f"continue it with the settings it was built with, or build into a new memory folder")
 
     # ---- writing --------------------------------------------------------------------------------

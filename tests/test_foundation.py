@@ -162,7 +162,7 @@ def test_a_memory_is_not_continued_with_other_build_settings(tmp_path, cfg):
     other = copy.deepcopy(cfg)
     other.loom.threshold = 0.4  # another segmentation would be mixed into the same store
     with Memory(tmp_path / "m", other, backend=FakeBackend(), embedder=FakeEmbedder()) as mem:
-        with pytest.raises(ValueError, match=r"loom.threshold: 0.15 then, 0.4 now"):
+        with pytest.raises(StoreError, match=r"loom.threshold: 0.15 then, 0.4 now"):
             mem.add(msgs[10:])
         assert len(mem.store.pending_messages(msgs[0].conversation_id)) == 30  # stored, not filed
     free = copy.deepcopy(cfg)
