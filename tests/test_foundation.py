@@ -117,6 +117,33 @@ def test_chunked_model_is_joined_and_verified(tmp_path, monkeypatch):
         models.resolve_model("toy", {"toy": spec})
 
 
+def test_chunked_model_joined_by_several_processes_at_once(tmp_path, monkeypatch):
+    """Builds started side by side on a fresh machine each join the chunks; none may fail or see a torn file."""
+    from concurrent.futures import ThreadPoolExecutor
+    import threading
+    data = [bytes([i]) * 6_000_000 for i in range(4)]
+    parts = []
+    for i, chunk in enumerate(data):
+        parts.append(tmp_path / f"p{i}.bin")
+        parts[-1].write_bytes(chunk)
+    start = threading.Barrier(8)
+
+    def locate(pkg, rel, install):
+        if rel == "3":
+            start.wait(timeout=30)  # all eight start joining together
+        return parts[int(rel)]
+
+    monkeypatch.setattr(models, "_package_file", locate)
+    monkeypatch.setenv("MEMBOX_CACHE", str(tmp_path / "cache"))
+    whole = b"".join(data)
+    spec = models.ModelSpec("toy", "chunked", ["pkg"] * 4, ["0", "1", "2", "3"],
+                            hashlib.sha256(whole).hexdigest(), len(whole))
+    with ThreadPoolExecutor(8) as pool:
+        paths = list(pool.map(lambda _: models.resolve_model("toy", {"toy": spec}), range(8)))
+    assert {p.read_bytes() == whole for p in paths} == {True}
+    assert sorted(p.name for p in (tmp_path / "cache").iterdir()) == ["toy.gguf", "toy.sha256"]
+
+
 def test_unknown_model_names_the_manifest():
     with pytest.raises(models.ModelNotFound, match="neither an existing path nor a name"):
         models.resolve_model("gpt-17")
