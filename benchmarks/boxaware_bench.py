@@ -6,6 +6,9 @@
     python benchmarks/boxaware_bench.py full --conversations conv-30 conv-26
     # QA (three scorers) at a 1000-token budget on those full builds
     python benchmarks/boxaware_bench.py qa --conversations conv-30 conv-26
+    # box-hits with each header layout (boxaware.HEADERS) on whole-conversation builds that exist already
+    # (runs/builds/cpu/<conversation>, made by `membox eval locomo --config cpu --conversations ...`)
+    python benchmarks/boxaware_bench.py headers --conversations conv-30 conv-26 conv-41 conv-42 conv-43 conv-44
 
 Each step is `membox eval locomo` (membox_local.evaluation.locomo.run) with fixed settings; resumable.
 """
@@ -18,16 +21,29 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from membox_local.boxaware import HEADERS, BoxHitsRetriever, BoxHitsTraceRetriever  # noqa: E402
 from membox_local.evaluation.locomo import DEFAULT_DATA, Settings, markdown, run  # noqa: E402
+from membox_local.retrieve import RETRIEVERS  # noqa: E402
 
 DEV = ["conv-26", "conv-30", "conv-41", "conv-42", "conv-43", "conv-44"]
 BOX_ONLY_MODES = ["turn-rag", "chunk-rag", "box-hits"]
 FULL_MODES = ["turn-rag", "chunk-rag", "compact", "trace", "box-hits", "box-hits-trace"]
 
 
+def header_variants() -> list[str]:
+    """Register box-hits and box-hits-trace with every header layout as modes named `<mode>:<headers>`."""
+    names = []
+    for base in (BoxHitsRetriever, BoxHitsTraceRetriever):
+        for headers in HEADERS:
+            name = f"{base.name}:{headers}"
+            RETRIEVERS[name] = type(f"{base.__name__}_{headers}", (base,), {"name": name, "headers": headers})
+            names.append(name)
+    return names
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("step", choices=["recall", "full", "qa"])
+    p.add_argument("step", choices=["recall", "full", "qa", "headers"])
     p.add_argument("--data", default=str(DEFAULT_DATA))
     p.add_argument("--config", default="cpu")
     p.add_argument("--conversations", nargs="+", default=None)
@@ -35,10 +51,15 @@ def main(argv=None) -> int:
     p.add_argument("--limit", type=int, default=0, help="qa: questions per conversation (0: all)")
     p.add_argument("--threads", type=int, default=0)
     a = p.parse_args(argv)
+    variants = header_variants()  # so that --modes may name them in any step
     if a.step == "recall":
         s = Settings(data=a.data, config=a.config, conversations=a.conversations or DEV, k=[10],
                      modes=a.modes or BOX_ONLY_MODES, qa=False, build=False, boxes_only=True,
                      builds="runs/builds-boxes", out=f"runs/bench-boxaware-recall-{a.config}")
+    elif a.step == "headers":  # recall only, on whole-conversation builds (finished ones are not rebuilt)
+        s = Settings(data=a.data, config=a.config, conversations=a.conversations or DEV, k=[10],
+                     modes=a.modes or ["chunk-rag"] + variants, qa=False, threads=a.threads,
+                     out=f"runs/bench-boxaware-headers-{a.config}")
     else:
         s = Settings(data=a.data, config=a.config, conversations=a.conversations or ["conv-30", "conv-26"],
                      k=[10], sessions=4, modes=a.modes or FULL_MODES, qa=a.step == "qa", qa_budget=1000,

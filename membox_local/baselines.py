@@ -40,32 +40,55 @@ def session_key(m: Message) -> Hashable:
 
 
 def render_messages(messages: Sequence[Message], group: Callable[[Message], Hashable] = session_key,
-                    header: Callable[[Message], str] = session_header) -> str:
+                    header: Callable[[Message], str] = session_header,
+                    subgroup: Callable[[Message], Hashable] | None = None,
+                    subheader: Callable[[Message], str] | None = None) -> str:
     """Messages in time order, one header line per group (by default one date line per session, all of a
-    session's shown messages under it). Groups must be runs of consecutive messages (sessions, boxes)."""
+    session's shown messages under it) and, with `subgroup`, a line from `subheader` (when not empty) where
+    a subgroup starts inside its group. Groups and subgroups must be runs of consecutive messages (sessions,
+    boxes)."""
     by_group: dict[Hashable, list[Message]] = {}
     for m in sorted(messages, key=_time_order):
         by_group.setdefault(group(m), []).append(m)
-    blocks = [header(ms[0]) + "\n" + "\n".join(m.render() for m in ms) for ms in by_group.values()]
+    blocks = []
+    for ms in by_group.values():
+        lines, current = [header(ms[0])], object()
+        for m in ms:
+            if subgroup is not None and subgroup(m) != current:
+                current = subgroup(m)
+                if line := subheader(m):
+                    lines.append(line)
+            lines.append(m.render())
+        blocks.append("\n".join(lines))
     return "\n\n".join(blocks)
 
 
 class Layout:
-    """Messages chosen so far and the exact token count of `render_messages` over them (same group and
-    header functions: by default sessions under their date line)."""
+    """Messages chosen so far and the exact token count of `render_messages` over them (same group, header,
+    subgroup and subheader functions: by default sessions under their date line)."""
 
     def __init__(self, budget_tokens: int, group: Callable[[Message], Hashable] = session_key,
-                 header: Callable[[Message], str] = session_header):
+                 header: Callable[[Message], str] = session_header,
+                 subgroup: Callable[[Message], Hashable] | None = None,
+                 subheader: Callable[[Message], str] | None = None):
+        if (subgroup is None) != (subheader is None):
+            raise ValueError("Layout: pass subgroup and subheader together")
         self.budget = budget_tokens
         self.group, self.header = group, header
+        self.subgroup, self.subheader = subgroup, subheader
         self.messages: list[Message] = []
         self.groups: set[Hashable] = set()
+        self.subgroups: set[Hashable] = set()
         self.tokens = 0
 
     def cost(self, msgs: Sequence[Message]) -> int:
         new_groups = {self.group(m): m for m in msgs if self.group(m) not in self.groups}
-        return sum(count_tokens(m.render()) for m in msgs) + \
+        cost = sum(count_tokens(m.render()) for m in msgs) + \
             sum(count_tokens(self.header(m)) for m in new_groups.values())
+        if self.subgroup is not None:
+            new_subs = {self.subgroup(m): m for m in msgs if self.subgroup(m) not in self.subgroups}
+            cost += sum(count_tokens(self.subheader(m)) for m in new_subs.values())
+        return cost
 
     def try_add(self, msgs: Sequence[Message]) -> bool:
         """Add the messages if they all fit the budget; returns whether they were added."""
@@ -74,6 +97,8 @@ class Layout:
             return False
         self.messages += msgs
         self.groups |= {self.group(m) for m in msgs}
+        if self.subgroup is not None:
+            self.subgroups |= {self.subgroup(m) for m in msgs}
         self.tokens += cost
         return True
 
@@ -85,7 +110,7 @@ class Layout:
 
     def context(self) -> Context:
         ordered = sorted(self.messages, key=_time_order)
-        return Context(render_messages(ordered, self.group, self.header),
+        return Context(render_messages(ordered, self.group, self.header, self.subgroup, self.subheader),
                        message_ids=[m.message_id for m in ordered])
 
 
@@ -112,6 +137,7 @@ def chunk_session_messages(messages: Sequence[Message], chunk_words: int) -> lis
 
 class ChunkRagRetriever(Retriever):
     name = "chunk-rag"
+    needs = "messages"
     chunk_words = CHUNK_WORDS
 
     def __init__(self, memory):
@@ -160,6 +186,7 @@ def window_tokens(config: "Config") -> int:
 
 
 class FullContextRetriever(Retriever):
+    needs = "messages"
     """The conversation cut to the model's window (and the budget), most recent messages kept; k unused."""
 
     name = "full-context"
@@ -173,6 +200,5 @@ class FullContextRetriever(Retriever):
         return layout.context()
 
 
-MESSAGE_MODES = tuple(r.name for r in (TurnRagRetriever, ChunkRagRetriever, FullContextRetriever))
 for _r in (TurnRagRetriever, ChunkRagRetriever, FullContextRetriever):
-    RETRIEVERS[_r.name] = _r  # modes that need only the stored messages, no built boxes
+    RETRIEVERS[_r.name] = _r

@@ -40,6 +40,9 @@ DECAY = 0.1  # priority lost per turn of distance from a hit in the same box
 BOX_WEIGHT = 0.3  # weight of the whole box's cosine in each of its messages' priority
 TRACE_SHARE = 0.25  # box-hits-trace: at most this share of the budget for other sessions of the storyline
 TRACE_SEEDS = 3  # box-hits-trace: the boxes of this many best hits start the storyline
+# how shown messages are labelled: "box" one block per box under a line with its date and topic; "session"
+# one date line per session, a topic line where each box starts; "date" one date line per session only
+HEADERS = ("box", "session", "date")
 
 
 @dataclass
@@ -59,9 +62,19 @@ class BoxMap:
     def box(self, m: Message) -> int:
         return self.position[(m.conversation_id, m.message_id)]
 
-    def layout(self, budget_tokens: int) -> Layout:
-        """Shown messages in time order, one block per box under the box's header."""
-        return Layout(budget_tokens, group=self.box, header=lambda m: self.boxes[self.box(m)].header())
+    def layout(self, budget_tokens: int, headers: str = "box") -> Layout:
+        """Shown messages in time order, labelled by `headers` (one of HEADERS)."""
+        if headers == "box":
+            return Layout(budget_tokens, group=self.box, header=lambda m: self.boxes[self.box(m)].header())
+        if headers == "session":
+            return Layout(budget_tokens, subgroup=self.box, subheader=lambda m: topic_line(self.boxes[self.box(m)]))
+        if headers == "date":
+            return Layout(budget_tokens)
+        raise ValueError(f"box layout headers '{headers}': expected one of {', '.join(HEADERS)}")
+
+
+def topic_line(box: Box) -> str:
+    return f"(topic: {box.topic})" if box.topic else ""
 
 
 def box_map(memory: "Memory", messages: list[Message], vectors: np.ndarray, conversation_id: str | None,
@@ -95,8 +108,10 @@ def _unit(x: np.ndarray) -> np.ndarray:
 
 class BoxHitsRetriever(Retriever):
     name = "box-hits"
+    needs = "boxes"
     decay = DECAY
     box_weight = BOX_WEIGHT
+    headers = "box"
 
     def __init__(self, memory: "Memory"):
         super().__init__(memory)
@@ -129,7 +144,7 @@ class BoxHitsRetriever(Retriever):
         hits = np.argsort(-sims, kind="stable")[:k]
         candidates = np.unique(np.concatenate([bm.members[b] for b in bm.box_of[hits]]))
         order = candidates[np.lexsort((-sims[candidates], -prio[candidates]))]  # a hit before equal neighbours
-        layout = bm.layout(budget_tokens)
+        layout = bm.layout(budget_tokens, self.headers)
         self.fill(layout, bm, order, sims, prio, hits)
         ctx = layout.context()
         shown = dict.fromkeys(bm.box(m) for m in sorted(layout.messages, key=lambda m: (m.conversation_id, m.seq)))
@@ -151,6 +166,7 @@ class BoxHitsTraceRetriever(BoxHitsRetriever):
     """box-hits, keeping up to TRACE_SHARE of the budget for the storyline in other sessions."""
 
     name = "box-hits-trace"
+    needs = "records"  # the Trace Weaver's traces
     share = TRACE_SHARE
     seeds = TRACE_SEEDS
 
@@ -215,6 +231,5 @@ def file_into_boxes(memory: "Memory", conversation_id: str) -> int:
     return len(pending)
 
 
-BOX_MODES = (BoxHitsRetriever.name,)  # modes that need boxes but not their records (`--boxes-only` builds)
 for _r in (BoxHitsRetriever, BoxHitsTraceRetriever):
     RETRIEVERS[_r.name] = _r

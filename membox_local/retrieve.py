@@ -49,6 +49,9 @@ def render_box(box: Box, messages=None) -> str:
 
 class Retriever:
     name = "base"
+    # what the mode reads from a memory: "messages" (stored messages only), "boxes" (messages filed into
+    # boxes, no records) or "records" (a full build: extracted boxes, events, traces)
+    needs = "records"
 
     def __init__(self, memory: "Memory"):
         self.memory = memory

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from membox_local.boxaware import BOX_MODES, file_into_boxes
+from membox_local.boxaware import HEADERS, file_into_boxes
 from membox_local.records import Event, Message
 from membox_local.retrieve import count_tokens, make_retriever
 
@@ -66,7 +66,7 @@ def filed(memory):
 
 
 def _shown_lines(ctx) -> list[str]:
-    return [line for line in ctx.text.split("\n") if line and not line.startswith("[")]
+    return [line for line in ctx.text.split("\n") if line and not line.startswith(("[", "(topic: "))]
 
 
 def test_budget_is_respected_and_counted_exactly(memory, filed):
@@ -106,6 +106,42 @@ def test_time_order_and_box_headers(memory, filed):
         assert "| topic: " in box.header()
         assert block.split("\n")[1:] == [m.render() for m in box.messages]
     assert [b.id for b in boxes] == ctx.box_ids
+
+
+@pytest.mark.parametrize("headers", HEADERS)
+def test_every_header_layout_is_counted_exactly_and_labels_what_it_shows(memory, filed, headers):
+    r = make_retriever("box-hits", memory)
+    r.headers = headers
+    by_id = {m.message_id: m for m in memory.store.messages(CONV)}
+    box_of = {m.message_id: b for b in memory.store.boxes(CONV) for m in b.messages}
+    for budget in (25, 60, 10**6):
+        ctx = r.retrieve("cherry tomatoes garden kitten", CONV, 10**6, budget)
+        assert ctx.tokens == count_tokens(ctx.text) <= budget
+        assert _shown_lines(ctx) == [by_id[i].render() for i in ctx.message_ids]
+        blocks = ctx.text.split("\n\n")
+        dates = [b.split("\n")[0] for b in blocks]
+        topics = [line for line in ctx.text.split("\n") if line.startswith("(topic: ")]
+        shown_boxes = list(dict.fromkeys(box_of[i].id for i in ctx.message_ids))
+        sessions = list(dict.fromkeys(by_id[i].session for i in ctx.message_ids))
+        if headers == "box":
+            assert dates == [memory.store.box(b).header() for b in shown_boxes] and not topics
+        else:
+            assert dates == [f"[{by_id[next(i for i in ctx.message_ids if by_id[i].session == s)].session_date}]"
+                             for s in sessions]
+            expected = [f"(topic: {memory.store.box(b).topic})" for b in shown_boxes] if headers == "session" else []
+            assert topics == expected
+            for block in blocks:  # a topic line comes right before the first shown message of its box
+                lines = block.split("\n")[1:]
+                for n, line in enumerate(lines):
+                    if line.startswith("(topic: "):
+                        assert not lines[n + 1].startswith("(topic: ")
+
+
+def test_an_unknown_header_layout_fails_loudly(memory, filed):
+    r = make_retriever("box-hits", memory)
+    r.headers = "fancy"
+    with pytest.raises(ValueError, match="headers 'fancy': expected one of box, session, date"):
+        r.retrieve("kitten", CONV, 10, 100)
 
 
 def test_message_ids_are_exactly_the_messages_shown(memory, filed):
@@ -157,4 +193,4 @@ def test_file_into_boxes_uses_no_language_model_and_a_build_extracts_later(memor
     assert ctx.message_ids and ctx.text.startswith("[20 June 2023]")
     memory.add([], seal=True)  # a full build picks the sealed boxes up
     assert all(b.status == "extracted" for b in memory.store.boxes(CONV))
-    assert "box-hits" in BOX_MODES
+    assert make_retriever("box-hits", memory).needs == "boxes"

@@ -281,16 +281,15 @@ def resolve(settings: Settings, cfg: Config) -> Settings:
     if unknown:
         raise InputError(f"unknown mode(s) {unknown}; choose from {sorted(RETRIEVERS)}")
     if not s.build:
-        from ..baselines import MESSAGE_MODES
+        def modes(needs: tuple[str, ...]) -> list[str]:
+            return [m for m, r in RETRIEVERS.items() if r.needs in needs]
 
-        from ..boxaware import BOX_MODES
-
-        allowed = list(MESSAGE_MODES) + (list(BOX_MODES) if s.boxes_only else [])
+        allowed = modes(("messages", "boxes") if s.boxes_only else ("messages",))
         s.modes = settings.modes or allowed
         need_boxes = [m for m in s.modes if m not in allowed]
         if need_boxes:
             raise InputError(f"mode(s) {need_boxes} need a built memory; without a build only "
-                             f"{allowed} can run (--boxes-only adds {list(BOX_MODES)})")
+                             f"{allowed} can run (--boxes-only adds {modes(('boxes',))})")
     s.k = s.k or [cfg.retrieve.k]
     s.qa_k = s.qa_k or cfg.retrieve.k
     s.qa_budget = s.qa_budget or cfg.retrieve.budget_tokens
