@@ -6,7 +6,7 @@ import json
 import pytest
 
 from membox_local.baselines import Layout, chunk_session_messages, render_messages, window_tokens
-from membox_local.evaluation.locomo import Settings, evidence_recall, parse_evidence, run
+from membox_local.evaluation.locomo import Settings, evidence_recall, markdown, parse_evidence, run
 from membox_local.evaluation.scorers import metric_names
 from membox_local.ingest import InputError
 from membox_local.records import Message
@@ -91,6 +91,12 @@ def test_run_writes_records_summary_and_tables(tmp_path, data):
     b = summary["builds"]["tiny"]
     assert b["utterances"] == 11 and b["boxes"] >= 2 and b["by_stage"]["extract"]["calls"] == b["boxes"]
     assert summary["evidence_issues"] == {"split": 1, "malformed": 1, "unknown": 1, "questions_without_evidence": 0}
+    assert "Per conversation" not in md  # one conversation: the pooled table is its table
+    two = {**summary, "per_conversation": {"tiny": summary["per_conversation"]["tiny"],
+                                           "other": summary["per_conversation"]["tiny"]}}
+    rows = [l for l in markdown(two).split("Per conversation")[1].splitlines() if l.startswith(("| tiny", "| other"))]
+    turn = summary["per_conversation"]["tiny"]["turn-rag"]["recall"]
+    assert len(rows) == 2 and "/".join(f"{100 * turn[f'budget={b}']:.1f}" for b in (30, 60, 120)) in rows[0]
 
 
 def test_rerun_resumes_and_reuses_the_build(tmp_path, data):

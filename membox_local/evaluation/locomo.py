@@ -475,6 +475,17 @@ def markdown(summary: dict) -> str:
     for mode, m in summary["modes"].items():
         cells = [f"{_fmt(m['recall'][k])} ({_fmt(m['tokens'][k], False)})" for k in keys]
         lines.append(f"| {mode} | {m['questions_with_evidence']} | " + " | ".join(cells) + " |")
+    per_conv = summary.get("per_conversation", {})
+    if len(per_conv) > 1 and s["budgets"]:
+        budgets = [f"budget={b}" for b in s["budgets"]]
+        lines += ["", "Per conversation, evidence recall (%) at each budget:", "",
+                  "| conversation | questions | " + " | ".join(f"{mode} {'/'.join(str(b) for b in s['budgets'])}"
+                                                         for mode in summary["modes"]) + " |",
+                  "|---|---|" + "---|" * len(summary["modes"])]
+        for conv, by_mode in per_conv.items():
+            n = max(m["questions_with_evidence"] for m in by_mode.values())
+            lines.append(f"| {conv} | {n} | " + " | ".join(
+                "/".join(_fmt(by_mode[mode]["recall"][b]) for b in budgets) for mode in summary["modes"]) + " |")
     ev = summary["evidence_issues"]
     lines += ["", f"Evidence ids: {ev['split']} split from one string, {ev['malformed']} malformed and "
                   f"{ev['unknown']} naming no message (dropped); {ev['questions_without_evidence']} question(s) "
