@@ -94,7 +94,7 @@ def test_run_writes_records_summary_and_tables(tmp_path, data):
     assert "Per conversation" not in md  # one conversation: the pooled table is its table
     two = {**summary, "per_conversation": {"tiny": summary["per_conversation"]["tiny"],
                                            "other": summary["per_conversation"]["tiny"]}}
-    rows = [l for l in markdown(two).split("Per conversation")[1].splitlines() if l.startswith(("| tiny", "| other"))]
+    rows = [l for l in markdown(two).split("Per conversation")[1].split("Evidence ids")[0].splitlines() if l.startswith(("| tiny", "| other"))]
     turn = summary["per_conversation"]["tiny"]["turn-rag"]["recall"]
     assert len(rows) == 2 and "/".join(f"{100 * turn[f'budget={b}']:.1f}" for b in (30, 60, 120)) in rows[0]
 
