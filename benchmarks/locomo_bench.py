@@ -14,6 +14,10 @@ so a run stopped part-way keeps what finished. Steps, each resumable by rerunnin
     # runs made side by side with `membox eval locomo --out DIR` (e.g. two processes, --threads 1 each)
     python benchmarks/locomo_bench.py merge runs/recall-full-A runs/recall-full-B
     python benchmarks/locomo_bench.py merge --qa --qa-budget 1000 runs/qa-full-conv-30 runs/qa-full-conv-26
+    # keep a finished run's per-question scores (no dataset text) in benchmarks/results/, and summarise every
+    # conversation saved there, measured in this session or an earlier one, as one pooled table
+    python benchmarks/locomo_bench.py save runs/bench-locomo-recall-cpu
+    python benchmarks/locomo_bench.py pooled
 
 Each step is `membox eval locomo` (membox_local.evaluation.locomo.run) with fixed settings.
 """
@@ -100,10 +104,31 @@ def merge(args) -> dict:
     return run(_settings(args, RECALL_OUT, qa=False), progress=False)
 
 
+def save(args) -> dict:
+    from membox_local.evaluation.results import save_results
+
+    save_results(args.sources, args.results, time.strftime("%Y-%m-%d"))
+    return pooled(args)
+
+
+def pooled(args) -> dict:
+    from membox_local.evaluation.results import pooled_summary
+
+    summary = pooled_summary(args.results, args.data, modes=args.modes)
+    out = Path(args.results).with_suffix(".md")
+    out.write_text(markdown(summary) + "\nSaved on: " + "; ".join(
+        f"{c} {', '.join(d)}" for c, d in summary["dates"].items()) + "\n")
+    summary["settings"]["out"] = str(Path("runs") / "bench-locomo-pooled")
+    Path(summary["settings"]["out"]).mkdir(parents=True, exist_ok=True)
+    return summary
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("step", choices=["recall", "baselines", "qa", "report", "merge"])
-    p.add_argument("sources", nargs="*", help="merge: run folders (membox eval locomo --out ...) to summarise together")
+    p.add_argument("step", choices=["recall", "baselines", "qa", "report", "merge", "save", "pooled"])
+    p.add_argument("sources", nargs="*", help="merge, save: run folders (membox eval locomo --out ...) to summarise together")
+    p.add_argument("--results", default=str(REPO / "benchmarks" / "results" / "locomo-recall-cpu.jsonl"),
+                   help="save/pooled: the committed per-question results file")
     p.add_argument("--qa", action="store_true", help="merge: the sources are QA runs (k=10, --qa-budget)")
     p.add_argument("--data", default=str(DEFAULT_DATA))
     p.add_argument("--config", default="cpu")
@@ -116,7 +141,7 @@ def main(argv=None) -> int:
     p.add_argument("--threads", type=int, default=0, help="llama.cpp threads (default: the config's)")
     args = p.parse_intermixed_args(argv)
     summary = {"recall": recall, "baselines": baselines, "qa": qa, "report": report_recall,
-               "merge": merge}[args.step](args)
+               "merge": merge, "save": save, "pooled": pooled}[args.step](args)
     print(f"<!-- machine: {_machine()}; date {time.strftime('%Y-%m-%d')}; command: "
           f"python benchmarks/locomo_bench.py {' '.join(sys.argv[1:] if argv is None else argv)} -->")
     print(markdown(summary))

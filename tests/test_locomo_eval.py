@@ -232,3 +232,35 @@ def test_a_session_prefix_is_its_own_build_with_only_its_questions(tmp_path, dat
     assert all(m.startswith("D1:") for r in recs for m in r["message_ids"])
     assert s["builds"]["tiny"]["utterances"] == 6
     assert (tmp_path / "builds" / "cpu" / "tiny-s1" / "memory.db").exists()
+
+
+def test_saved_results_pool_like_one_run_and_hold_no_dataset_text(tmp_path, data):
+    from membox_local.evaluation.results import pooled_summary, save_results
+
+    samples = json.loads(data.read_text())
+    samples.append({**samples[0], "sample_id": "tiny2"})
+    data.write_text(json.dumps(samples))
+    kw = dict(backend=FakeBackend(), embedder=FakeEmbedder(), progress=False)
+    for conv in ("tiny", "tiny2"):  # measured on different days, each in its own run folder
+        run(_settings(tmp_path, data, conversations=[conv], out=str(tmp_path / conv)), **kw)
+    results = tmp_path / "results" / "locomo.jsonl"
+    save_results([tmp_path / "tiny"], results, "2026-11-29")
+    save_results([tmp_path / "tiny2"], results, "2026-11-30")
+    save_results([tmp_path / "tiny2"], results, "2026-11-30")  # saving again replaces, never doubles
+    pooled = pooled_summary(results, data)
+    direct = run(_settings(tmp_path, data, conversations=["tiny", "tiny2"], out=str(tmp_path / "both")), **kw)
+    assert pooled["modes"].keys() == direct["modes"].keys()
+    for mode in MODES:
+        assert pooled["modes"][mode]["recall"] == direct["modes"][mode]["recall"]
+        assert pooled["modes"][mode]["qa"]["overall"] == direct["modes"][mode]["qa"]["overall"]
+    assert pooled["evidence_issues"] == direct["evidence_issues"]
+    assert pooled["builds"].keys() == {"tiny", "tiny2"} and pooled["dates"]["tiny"] == ["2026-11-29"]
+    assert len(results.read_text().splitlines()) == 2 * 4 * len(MODES)
+    text = results.read_text() + results.with_suffix(".json").read_text()
+    for phrase in ("cherry tomatoes", "What did Ann plant", "Pixel", "Lisbon"):
+        assert phrase not in text
+    run(_settings(tmp_path, data, conversations=["tiny"], budgets=[50], out=str(tmp_path / "other")), **kw)
+    with pytest.raises(InputError, match="settings .* differ"):
+        save_results([tmp_path / "other"], results, "2026-11-30")
+    with pytest.raises(InputError, match="no records of \\['nope'\\]"):
+        pooled_summary(results, data, conversations=["nope"])
