@@ -38,6 +38,16 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def _die_with_parent() -> None:
+    """Linux: the server gets SIGTERM when the test process dies, so a killed pytest leaves no server
+    holding a core (fixture finalisers do not run on SIGTERM/SIGKILL)."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+        import signal
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
 class LlamaServer:
     """`python -m llama_cpp.server` on a free local port, stopped on exit."""
 
@@ -50,7 +60,7 @@ class LlamaServer:
         cmd = [sys.executable, "-m", "llama_cpp.server", "--model", str(model_path), "--model_alias",
                self.model_alias, "--host", "127.0.0.1", "--port", str(self.port), "--n_ctx", str(n_ctx),
                "--seed", "0"]
-        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent)
         deadline = time.time() + timeout_s
         while time.time() < deadline:
             if self.proc.poll() is not None:
