@@ -426,7 +426,7 @@ def _retrieval_summary(recs: list[dict], s: Settings) -> dict[str, Any]:
         "questions_with_evidence": sum(bool(r["evidence"]) for r in recs),
         "recall": {key: _mean(r["recall"].get(key) for r in recs) for key in keys},
         "tokens": {key: _mean(r["tokens"].get(key) for r in recs) for key in keys},
-        "qa_setting": {"recall": _mean(r["qa_recall"] for r in recs),
+        "qa_setting": {"recall": _mean(r.get("qa_recall") for r in recs),
                        "context_tokens": _mean(r["context_tokens"] for r in recs)},
     }
 

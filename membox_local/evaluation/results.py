@@ -24,7 +24,7 @@ FIXED = ("config", "k", "budgets", "categories", "sessions")  # what every saved
 
 
 def scores_only(rec: dict) -> dict:
-    return {k: rec[k] for k in KEEP if k in rec}
+    return {k: rec[k] for k in KEEP if rec.get(k) is not None}
 
 
 def _load(path: Path) -> tuple[dict[str, Any], dict[tuple, dict]]:
@@ -56,7 +56,7 @@ def save_results(run_dirs: list[str | Path], path: str | Path, date: str) -> dic
         for conv, stats in summary.get("builds", {}).items():
             meta.setdefault("builds", {})[conv] = {**stats, "date": date}
     path.parent.mkdir(parents=True, exist_ok=True)
-    lines = [json.dumps(records[key], sort_keys=True) for key in sorted(records, key=lambda x: (x[0], x[1], x[2]))]
+    lines = [json.dumps(records[key], sort_keys=True, separators=(",", ":")) for key in sorted(records, key=lambda x: (x[0], x[1], x[2]))]
     path.write_text("\n".join(lines) + "\n")
     path.with_suffix(".json").write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
     return meta
@@ -76,7 +76,10 @@ def pooled_summary(path: str | Path, data: str | Path, modes: list[str] | None =
     missing = [c for c in convs if c not in have]
     if missing:
         raise InputError(f"{path} holds no records of {missing}; it has {have}")
-    all_modes = list(dict.fromkeys(key[1] for key in records if key[0] in convs))
+    from ..retrieve import RETRIEVERS
+
+    order = {m: n for n, m in enumerate(RETRIEVERS)}  # registration order, as a run lists them
+    all_modes = sorted({key[1] for key in records if key[0] in convs}, key=lambda m: (order.get(m, len(order)), m))
     s = Settings(data=str(data), config=fixed["config"], conversations=convs, modes=modes or all_modes,
                  k=fixed["k"], budgets=fixed["budgets"], categories=fixed["categories"],
                  sessions=fixed["sessions"], qa=False, out=str(path))
