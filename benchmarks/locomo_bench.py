@@ -115,7 +115,7 @@ def pooled(args) -> dict:
     from membox_local.evaluation.results import pooled_summary
 
     summary = pooled_summary(args.results, args.data, modes=args.modes)
-    out = Path(args.results).with_suffix(".md")
+    out = Path(args.results.removesuffix(".gz").removesuffix(".jsonl") + ".md")
     out.write_text(markdown(summary) + "\nSaved on: " + "; ".join(
         f"{c} {', '.join(d)}" for c, d in summary["dates"].items()) + "\n")
     summary["settings"]["out"] = str(Path("runs") / "bench-locomo-pooled")
@@ -127,7 +127,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("step", choices=["recall", "baselines", "qa", "report", "merge", "save", "pooled"])
     p.add_argument("sources", nargs="*", help="merge, save: run folders (membox eval locomo --out ...) to summarise together")
-    p.add_argument("--results", default=str(REPO / "benchmarks" / "results" / "locomo-recall-cpu.jsonl"),
+    p.add_argument("--results", default=str(REPO / "benchmarks" / "results" / "locomo-recall-cpu.jsonl.gz"),
                    help="save/pooled: the committed per-question results file")
     p.add_argument("--qa", action="store_true", help="merge: the sources are QA runs (k=10, --qa-budget)")
     p.add_argument("--data", default=str(DEFAULT_DATA))

@@ -1,6 +1,7 @@
 """`membox eval locomo` on a tiny LoCoMo-format file, with the deterministic doubles."""
 from __future__ import annotations
 
+import gzip
 import json
 
 import pytest
@@ -243,7 +244,7 @@ def test_saved_results_pool_like_one_run_and_hold_no_dataset_text(tmp_path, data
     kw = dict(backend=FakeBackend(), embedder=FakeEmbedder(), progress=False)
     for conv in ("tiny", "tiny2"):  # measured on different days, each in its own run folder
         run(_settings(tmp_path, data, conversations=[conv], out=str(tmp_path / conv)), **kw)
-    results = tmp_path / "results" / "locomo.jsonl"
+    results = tmp_path / "results" / "locomo.jsonl.gz"
     save_results([tmp_path / "tiny"], results, "2026-11-29")
     save_results([tmp_path / "tiny2"], results, "2026-11-30")
     save_results([tmp_path / "tiny2"], results, "2026-11-30")  # saving again replaces, never doubles
@@ -255,8 +256,9 @@ def test_saved_results_pool_like_one_run_and_hold_no_dataset_text(tmp_path, data
         assert pooled["modes"][mode]["qa"]["overall"] == direct["modes"][mode]["qa"]["overall"]
     assert pooled["evidence_issues"] == direct["evidence_issues"]
     assert pooled["builds"].keys() == {"tiny", "tiny2"} and pooled["dates"]["tiny"] == ["2026-11-29"]
-    assert len(results.read_text().splitlines()) == 2 * 4 * len(MODES)
-    text = results.read_text() + results.with_suffix(".json").read_text()
+    text = gzip.decompress(results.read_bytes()).decode()
+    assert len(text.splitlines()) == 2 * 4 * len(MODES)
+    text += (tmp_path / "results" / "locomo.json").read_text()
     for phrase in ("cherry tomatoes", "What did Ann plant", "Pixel", "Lisbon"):
         assert phrase not in text
     run(_settings(tmp_path, data, conversations=["tiny"], budgets=[50], out=str(tmp_path / "other")), **kw)

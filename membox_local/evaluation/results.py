@@ -10,6 +10,7 @@ the records themselves, not from rounded figures.
 """
 from __future__ import annotations
 
+import gzip
 import json
 from pathlib import Path
 from typing import Any
@@ -27,15 +28,26 @@ def scores_only(rec: dict) -> dict:
     return {k: rec[k] for k in KEEP if rec.get(k) is not None}
 
 
+def _meta_path(path: Path) -> Path:
+    return path.with_name(path.name.removesuffix(".gz").removesuffix(".jsonl") + ".json")
+
+
 def _load(path: Path) -> tuple[dict[str, Any], dict[tuple, dict]]:
-    meta_path = path.with_suffix(".json")
+    """The file's settings and builds, and its records (a .jsonl.gz file is read through gzip)."""
+    meta_path = _meta_path(path)
     meta = json.loads(meta_path.read_text()) if meta_path.exists() else {}
-    return meta, _read_records(path)
+    records: dict[tuple, dict] = {}
+    if path.exists():
+        text = gzip.decompress(path.read_bytes()).decode() if path.suffix == ".gz" else path.read_text()
+        for line in filter(str.strip, text.splitlines()):
+            r = json.loads(line)
+            records[(r["conversation"], r["mode"], r["qid"])] = r
+    return meta, records
 
 
 def save_results(run_dirs: list[str | Path], path: str | Path, date: str) -> dict[str, Any]:
-    """Add the records and build statistics of finished run folders to the results file `path` (.jsonl;
-    its settings and builds go beside it as .json). A record already there for the same conversation, mode
+    """Add the records and build statistics of finished run folders to the results file `path` (.jsonl, or
+    .jsonl.gz compressed; its settings and builds go beside it as .json). A record already there for the same conversation, mode
     and question is replaced. Runs must share the file's settings (config, k, budgets, categories)."""
     path = Path(path)
     meta, records = _load(path)
@@ -57,8 +69,12 @@ def save_results(run_dirs: list[str | Path], path: str | Path, date: str) -> dic
             meta.setdefault("builds", {})[conv] = {**stats, "date": date}
     path.parent.mkdir(parents=True, exist_ok=True)
     lines = [json.dumps(records[key], sort_keys=True, separators=(",", ":")) for key in sorted(records, key=lambda x: (x[0], x[1], x[2]))]
-    path.write_text("\n".join(lines) + "\n")
-    path.with_suffix(".json").write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
+    text = "\n".join(lines) + "\n"
+    if path.suffix == ".gz":  # mtime 0: the same records give the same bytes
+        path.write_bytes(gzip.compress(text.encode(), mtime=0))
+    else:
+        path.write_text(text)
+    _meta_path(path).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
     return meta
 
 
