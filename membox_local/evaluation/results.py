@@ -49,7 +49,16 @@ def save_results(run_dirs: list[str | Path], path: str | Path, date: str) -> dic
     """Add the records and build statistics of finished run folders to the results file `path` (.jsonl, or
     .jsonl.gz compressed; its settings and builds go beside it as .json). A record already there for the same conversation, mode
     and question is replaced. Runs must share the file's settings (config, k, budgets, categories)."""
+    import fcntl
+
     path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_name(path.name + ".lock"), "w") as lock:  # runs saved side by side wait their turn
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _save(run_dirs, path, date)
+
+
+def _save(run_dirs: list[str | Path], path: Path, date: str) -> dict[str, Any]:
     meta, records = _load(path)
     for folder in map(Path, run_dirs):
         summary_path = folder / "summary.json"
@@ -67,7 +76,6 @@ def save_results(run_dirs: list[str | Path], path: str | Path, date: str) -> dic
                 records[key] = {**scores_only(rec), "date": date}
         for conv, stats in summary.get("builds", {}).items():
             meta.setdefault("builds", {})[conv] = {**stats, "date": date}
-    path.parent.mkdir(parents=True, exist_ok=True)
     lines = [json.dumps(records[key], sort_keys=True, separators=(",", ":")) for key in sorted(records, key=lambda x: (x[0], x[1], x[2]))]
     text = "\n".join(lines) + "\n"
     if path.suffix == ".gz":  # mtime 0: the same records give the same bytes
