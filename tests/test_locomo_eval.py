@@ -247,7 +247,7 @@ def test_saved_results_pool_like_one_run_and_hold_no_dataset_text(tmp_path, data
     results = tmp_path / "results" / "locomo.jsonl.gz"
     save_results([tmp_path / "tiny"], results, "2026-11-29")
     save_results([tmp_path / "tiny2"], results, "2026-11-30")
-    save_results([tmp_path / "tiny2"], results, "2026-11-30")  # saving again replaces, never doubles
+    save_results([tmp_path / "tiny2"], results, "2026-12-01")  # saving again replaces, never doubles
     pooled = pooled_summary(results, data)
     direct = run(_settings(tmp_path, data, conversations=["tiny", "tiny2"], out=str(tmp_path / "both")), **kw)
     assert pooled["modes"].keys() == direct["modes"].keys()
@@ -255,7 +255,8 @@ def test_saved_results_pool_like_one_run_and_hold_no_dataset_text(tmp_path, data
         assert pooled["modes"][mode]["recall"] == direct["modes"][mode]["recall"]
         assert pooled["modes"][mode]["qa"]["overall"] == direct["modes"][mode]["qa"]["overall"]
     assert pooled["evidence_issues"] == direct["evidence_issues"]
-    assert pooled["builds"].keys() == {"tiny", "tiny2"} and pooled["dates"]["tiny"] == ["2026-11-29"]
+    assert pooled["builds"].keys() == {"tiny", "tiny2"}
+    assert pooled["dates"] == {"tiny": ["2026-11-29"], "tiny2": ["2026-11-30"]}  # unchanged records keep their date
     text = gzip.decompress(results.read_bytes()).decode()
     assert len(text.splitlines()) == 2 * 4 * len(MODES)
     text += (tmp_path / "results" / "locomo.json").read_text()

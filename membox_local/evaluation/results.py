@@ -47,8 +47,9 @@ def _load(path: Path) -> tuple[dict[str, Any], dict[tuple, dict]]:
 
 def save_results(run_dirs: list[str | Path], path: str | Path, date: str) -> dict[str, Any]:
     """Add the records and build statistics of finished run folders to the results file `path` (.jsonl, or
-    .jsonl.gz compressed; its settings and builds go beside it as .json). A record already there for the same conversation, mode
-    and question is replaced. Runs must share the file's settings (config, k, budgets, categories)."""
+    .jsonl.gz compressed; its settings and builds go beside it as .json). A record already there for the same
+    conversation, mode and question is replaced (it keeps its date if nothing changed). Runs must share the
+    file's settings (config, k, budgets, categories)."""
     import fcntl
 
     path = Path(path)
@@ -73,10 +74,14 @@ def _save(run_dirs: list[str | Path], path: Path, date: str) -> dict[str, Any]:
         got = _read_records(folder / "questions.jsonl")
         for key, rec in got.items():
             if key[0] in summary["settings"]["conversations"]:
-                records[key] = {**scores_only(rec), "date": date}
+                new = scores_only(rec)
+                old = records.get(key, {})
+                records[key] = {**new, "date": old["date"] if {**old, "date": None} == {**new, "date": None} else date}
         for conv, stats in summary.get("builds", {}).items():
-            meta.setdefault("builds", {})[conv] = {**stats, "date": date}
-    lines = [json.dumps(records[key], sort_keys=True, separators=(",", ":")) for key in sorted(records, key=lambda x: (x[0], x[1], x[2]))]
+            old = meta.setdefault("builds", {}).get(conv, {})
+            meta["builds"][conv] = {**stats, "date": old["date"] if {**old, "date": None} == {**stats, "date": None}
+                                    else date}
+    lines = [json.dumps(records[key], sort_keys=True, separators=(",", ":")) for key in sorted(records)]
     text = "\n".join(lines) + "\n"
     if path.suffix == ".gz":  # mtime 0: the same records give the same bytes
         path.write_bytes(gzip.compress(text.encode(), mtime=0))
