@@ -16,6 +16,7 @@ context tokens (count_tokens) with as many units as fit, so modes are compared a
 """
 from __future__ import annotations
 
+import gzip
 import json
 import re
 import sys
@@ -248,9 +249,12 @@ def _box_memory_text(box) -> str:
 
 # ---- the run --------------------------------------------------------------------------------------
 def _read_records(path: Path) -> dict[tuple, dict]:
+    """Records of a questions.jsonl (or a saved .jsonl.gz) by (conversation, mode, question id)."""
     records: dict[tuple, dict] = {}
     if path.exists():
-        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        raw = path.read_bytes()
+        text = (gzip.decompress(raw) if path.suffix == ".gz" else raw).decode("utf-8")
+        for n, line in enumerate(text.splitlines(), 1):
             if not line.strip():
                 continue
             try:

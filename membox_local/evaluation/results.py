@@ -36,13 +36,7 @@ def _load(path: Path) -> tuple[dict[str, Any], dict[tuple, dict]]:
     """The file's settings and builds, and its records (a .jsonl.gz file is read through gzip)."""
     meta_path = _meta_path(path)
     meta = json.loads(meta_path.read_text()) if meta_path.exists() else {}
-    records: dict[tuple, dict] = {}
-    if path.exists():
-        text = gzip.decompress(path.read_bytes()).decode() if path.suffix == ".gz" else path.read_text()
-        for line in filter(str.strip, text.splitlines()):
-            r = json.loads(line)
-            records[(r["conversation"], r["mode"], r["qid"])] = r
-    return meta, records
+    return meta, _read_records(path)
 
 
 def save_results(run_dirs: list[str | Path], path: str | Path, date: str) -> dict[str, Any]:
