@@ -9,6 +9,12 @@
     # box-hits with each header layout (boxaware.HEADERS) on whole-conversation builds that exist already
     # (runs/builds/cpu/<conversation>, made by `membox eval locomo --config cpu --conversations ...`)
     python benchmarks/boxaware_bench.py headers --conversations conv-30 conv-26 conv-41 conv-42 conv-43 conv-44
+    # QA (three scorers) at a 1000-token budget on those whole-conversation builds; one process per
+    # conversation side by side, then one table over both
+    python benchmarks/boxaware_bench.py qa-full --conversations conv-30 --out runs/bench-boxaware-qa-full-conv-30
+    python benchmarks/boxaware_bench.py qa-full --conversations conv-26 --out runs/bench-boxaware-qa-full-conv-26
+    python benchmarks/locomo_bench.py merge --qa --qa-budget 1000 runs/bench-boxaware-qa-full-conv-30 \
+        runs/bench-boxaware-qa-full-conv-26
 
 Each step is `membox eval locomo` (membox_local.evaluation.locomo.run) with fixed settings; resumable.
 """
@@ -43,13 +49,14 @@ def header_variants() -> list[str]:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("step", choices=["recall", "full", "qa", "headers"])
+    p.add_argument("step", choices=["recall", "full", "qa", "headers", "qa-full"])
     p.add_argument("--data", default=str(DEFAULT_DATA))
     p.add_argument("--config", default="cpu")
     p.add_argument("--conversations", nargs="+", default=None)
     p.add_argument("--modes", nargs="*", help="default: the step's modes")
     p.add_argument("--limit", type=int, default=0, help="qa: questions per conversation (0: all)")
     p.add_argument("--threads", type=int, default=0)
+    p.add_argument("--out", help="run folder (default: runs/bench-boxaware-<step>-<config>...)")
     a = p.parse_args(argv)
     variants = header_variants()  # so that --modes may name them in any step
     if a.step == "recall":
@@ -59,11 +66,16 @@ def main(argv=None) -> int:
     elif a.step == "headers":  # recall only, on whole-conversation builds (finished ones are not rebuilt)
         s = Settings(data=a.data, config=a.config, conversations=a.conversations or DEV, k=[10],
                      modes=a.modes or ["chunk-rag"] + variants, qa=False, threads=a.threads,
-                     out=f"runs/bench-boxaware-headers-{a.config}")
+                     out=a.out or f"runs/bench-boxaware-headers-{a.config}")
+    elif a.step == "qa-full":  # QA on whole-conversation builds (finished ones are not rebuilt)
+        s = Settings(data=a.data, config=a.config, conversations=a.conversations or ["conv-30", "conv-26"],
+                     k=[10], modes=a.modes or ["box-hits", "compact"], qa=True, qa_budget=1000,
+                     limit=a.limit, threads=a.threads, out=a.out or f"runs/bench-boxaware-qa-full-{a.config}")
     else:
         s = Settings(data=a.data, config=a.config, conversations=a.conversations or ["conv-30", "conv-26"],
                      k=[10], sessions=4, modes=a.modes or FULL_MODES, qa=a.step == "qa", qa_budget=1000,
-                     limit=a.limit, threads=a.threads, out=f"runs/bench-boxaware-{a.step}-{a.config}-s4")
+                     limit=a.limit, threads=a.threads,
+                     out=a.out or f"runs/bench-boxaware-{a.step}-{a.config}-s4")
     summary = run(s)
     print(f"<!-- 2-core CPU VM; date {time.strftime('%Y-%m-%d')}; command: python benchmarks/boxaware_bench.py "
           f"{' '.join(sys.argv[1:] if argv is None else argv)} -->")

@@ -5,12 +5,13 @@ than single turns (BENCHMARKS.md, "Box-aware retrieval"). These modes rank messa
 to decide what is shown around a hit:
 
 - `box-hits`: a message's relevance is the mean of its own cosine to the question and the cosine of its
-  window (the mean vector of it and its box neighbours on either side; a box-bounded chunk, no extra
-  embedding). Its priority is the best, over the messages of its own box, of that relevance less `DECAY`
+  window: the chunk of consecutive messages of its own box, about `CHUNK_WORDS` words (chunk-rag's size),
+  that holds it, embedded as one text (a box's messages are cut into such chunks; no chunk crosses a topic
+  boundary). Its priority is the best, over the messages of its own box, of that relevance less `DECAY`
   per turn of distance, plus `BOX_WEIGHT` x the cosine of the box (the mean vector of its messages).
   Messages are added best first while they fit the budget, so a strong hit brings its box neighbours,
   nearest first, before weaker hits elsewhere, and context never crosses a topic boundary. Shown in time order, one block
-  per box under the box's header (date and, once extracted, topic). k: the top-k messages seed the
+  under one date line per session (`HEADERS`: other layouts label each box). k: the top-k messages seed the
   context; the messages of their boxes are the candidates.
 - `box-hits-trace`: the same, with up to `TRACE_SHARE` of the budget kept for the storyline: boxes in
   other sessions that share a Trace Weaver trace with the boxes of the `TRACE_SEEDS` best hits; their
@@ -28,7 +29,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .baselines import Layout, TurnRagRetriever
+from .baselines import CHUNK_WORDS, Layout, TurnRagRetriever, chunk_session_messages
 from .loom import Loom
 from .records import Box, Message
 from .retrieve import RETRIEVERS, Context, Retriever
@@ -40,9 +41,10 @@ DECAY = 0.1  # priority lost per turn of distance from a hit in the same box
 BOX_WEIGHT = 0.3  # weight of the whole box's cosine in each of its messages' priority
 TRACE_SHARE = 0.25  # box-hits-trace: at most this share of the budget for other sessions of the storyline
 TRACE_SEEDS = 3  # box-hits-trace: the boxes of this many best hits start the storyline
-# how shown messages are labelled: "box" one block per box under a line with its date and topic; "session"
-# one date line per session, a topic line where each box starts; "date" one date line per session only
-HEADERS = ("box", "session", "date")
+# how shown messages are labelled: "date" one date line per session only (the default: most evidence per
+# token); "session" one date line per session, a topic line where each box starts; "box" one block per box
+# under a line with its date and topic
+HEADERS = ("date", "session", "box")
 
 
 @dataclass
@@ -55,14 +57,14 @@ class BoxMap:
     boxes: list[Box]
     members: list[np.ndarray]  # box position -> its message indices, in time order
     position: dict[tuple[str, str], int]  # (conversation id, message id) -> box position
-    windows: np.ndarray  # message index -> unit mean vector of it and its box neighbours on either side
+    windows: np.ndarray  # message index -> unit vector of the box-bounded chunk that holds it
     centroids: np.ndarray  # box position -> unit mean vector of its messages
     scope: str | None  # the conversation id, or None for every conversation
 
     def box(self, m: Message) -> int:
         return self.position[(m.conversation_id, m.message_id)]
 
-    def layout(self, budget_tokens: int, headers: str = "box") -> Layout:
+    def layout(self, budget_tokens: int, headers: str = "date") -> Layout:
         """Shown messages in time order, labelled by `headers` (one of HEADERS)."""
         if headers == "box":
             return Layout(budget_tokens, group=self.box, header=lambda m: self.boxes[self.box(m)].header())
@@ -92,13 +94,26 @@ def box_map(memory: "Memory", messages: list[Message], vectors: np.ndarray, conv
             boxes.append(Box(-1, m.conversation_id, m.session, m.session_date, [m]))
     box_of = np.array([position[(m.conversation_id, m.message_id)] for m in messages], dtype=np.int64)
     members = [np.flatnonzero(box_of == n) for n in range(len(boxes))]
-    windows = np.zeros_like(vectors)
-    for idx in members:
-        for j in range(len(idx)):
-            windows[idx[j]] = vectors[idx[max(0, j - 1):j + 2]].mean(axis=0)
+    windows = box_chunk_vectors(memory, messages, members) if messages else vectors
     centroids = np.stack([vectors[idx].mean(axis=0) for idx in members]) if members else vectors[:0]
-    return BoxMap(messages, vectors, box_of, boxes, members, position, windows=_unit(windows),
+    return BoxMap(messages, vectors, box_of, boxes, members, position, windows=windows,
                   centroids=_unit(centroids), scope=conversation_id)
+
+
+def box_chunk_vectors(memory: "Memory", messages: list[Message], members: list[np.ndarray]) -> np.ndarray:
+    """Message index -> embedding of its window: the ~CHUNK_WORDS-word chunk of consecutive messages of its
+    box that holds it (whole messages, rendered as chunk-rag renders its chunks)."""
+    chunks: list[np.ndarray] = []
+    for idx in members:
+        start = 0
+        for c in chunk_session_messages([messages[i] for i in idx], CHUNK_WORDS):
+            chunks.append(idx[start:start + len(c)])
+            start += len(c)
+    vecs = memory.embedder.encode(["\n".join(messages[i].render() for i in c) for c in chunks])
+    windows = np.zeros((len(messages), vecs.shape[1]), dtype=vecs.dtype)
+    for c, v in zip(chunks, vecs):
+        windows[c] = v
+    return _unit(windows)
 
 
 def _unit(x: np.ndarray) -> np.ndarray:
@@ -111,7 +126,7 @@ class BoxHitsRetriever(Retriever):
     needs = "boxes"
     decay = DECAY
     box_weight = BOX_WEIGHT
-    headers = "box"
+    headers = "date"
 
     def __init__(self, memory: "Memory"):
         super().__init__(memory)

@@ -1,6 +1,7 @@
 """Box-aware retrieval (box-hits, box-hits-trace) with the deterministic doubles."""
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from membox_local.boxaware import HEADERS, file_into_boxes
@@ -93,8 +94,22 @@ def test_context_never_crosses_a_box_boundary_for_neighbours(memory, filed):
     assert set(ctx.message_ids) == {"D1:5", "D1:6", "D1:7"}  # k=1: the hit's box, whole
 
 
+def test_windows_are_box_bounded_chunks_embedded_as_text(memory, filed):
+    r = make_retriever("box-hits", memory)
+    bm = r.box_map(CONV)
+    for idx in bm.members:  # every test box is shorter than one chunk: one window per box, its whole text
+        text = "\n".join(bm.messages[i].render() for i in idx)
+        expected = memory.embedder.encode([text])[0]
+        for i in idx:
+            assert bm.windows[i] == pytest.approx(expected / np.linalg.norm(expected), abs=1e-6)
+    firsts = [bm.windows[idx[0]] for idx in bm.members]
+    assert all(not np.allclose(a, b) for n, a in enumerate(firsts) for b in firsts[n + 1:])
+
+
 def test_time_order_and_box_headers(memory, filed):
-    ctx = make_retriever("box-hits", memory).retrieve("cherry tomatoes garden", CONV, 10**6, 10**6)
+    r = make_retriever("box-hits", memory)
+    r.headers = "box"
+    ctx = r.retrieve("cherry tomatoes garden", CONV, 10**6, 10**6)
     seqs = [int(mid.split(":")[1]) + 100 * int(mid[1]) for mid in ctx.message_ids]
     assert seqs == sorted(seqs)
     boxes = memory.store.boxes(CONV)
@@ -140,7 +155,7 @@ def test_every_header_layout_is_counted_exactly_and_labels_what_it_shows(memory,
 def test_an_unknown_header_layout_fails_loudly(memory, filed):
     r = make_retriever("box-hits", memory)
     r.headers = "fancy"
-    with pytest.raises(ValueError, match="headers 'fancy': expected one of box, session, date"):
+    with pytest.raises(ValueError, match="headers 'fancy': expected one of date, session, box"):
         r.retrieve("kitten", CONV, 10, 100)
 
 
