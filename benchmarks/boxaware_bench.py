@@ -9,6 +9,8 @@
     # box-hits with each header layout (boxaware.HEADERS) on whole-conversation builds that exist already
     # (runs/builds/cpu/<conversation>, made by `membox eval locomo --config cpu --conversations ...`)
     python benchmarks/boxaware_bench.py headers --conversations conv-30 conv-26 conv-41 conv-42 conv-43 conv-44
+    # box-hits with other message windows (how the default window was chosen), same builds
+    python benchmarks/boxaware_bench.py windows --conversations conv-26 conv-30 conv-42 conv-44
     # QA (three scorers) at a 1000-token budget on those whole-conversation builds; one process per
     # conversation side by side, then one table over both
     python benchmarks/boxaware_bench.py qa-full --conversations conv-30 --out runs/bench-boxaware-qa-full-conv-30
@@ -27,7 +29,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from membox_local.boxaware import HEADERS, BoxHitsRetriever, BoxHitsTraceRetriever  # noqa: E402
+import numpy as np  # noqa: E402
+
+from membox_local.boxaware import HEADERS, BoxHitsRetriever, BoxHitsTraceRetriever, _unit  # noqa: E402
 from membox_local.evaluation.locomo import DEFAULT_DATA, Settings, markdown, run  # noqa: E402
 from membox_local.retrieve import RETRIEVERS  # noqa: E402
 
@@ -47,9 +51,39 @@ def header_variants() -> list[str]:
     return names
 
 
+def window_variants() -> list[str]:
+    """Register box-hits with other message windows as modes named `box-hits:<window>`: `neighbours-mean`
+    (the mean vector of the message and its box neighbours on either side: the window before 2026-11-30),
+    `neighbours-text` (those three messages embedded as one text), `chunk40` (box-bounded chunks of ~40
+    words instead of ~60)."""
+    def neighbours_mean(self, messages, members):
+        vectors = self.memory.embedder.encode([m.render() for m in messages])  # turn-rag's, cached
+        windows = np.zeros_like(vectors)
+        for idx in members:
+            for j in range(len(idx)):
+                windows[idx[j]] = vectors[idx[max(0, j - 1):j + 2]].mean(axis=0)
+        return _unit(windows)
+
+    def neighbours_text(self, messages, members):
+        spans = [idx[max(0, j - 1):j + 2] for idx in members for j in range(len(idx))]
+        vecs = self.memory.embedder.encode(["\n".join(messages[i].render() for i in span) for span in spans])
+        windows = np.zeros((len(messages), vecs.shape[1]), dtype=vecs.dtype)
+        for idx, v in zip((i for idx in members for i in idx), vecs):
+            windows[idx] = v
+        return _unit(windows)
+
+    variants = {"neighbours-mean": {"window_vectors": neighbours_mean},
+                "neighbours-text": {"window_vectors": neighbours_text},
+                "chunk40": {"chunk_words": 40}}
+    for window, attrs in variants.items():
+        name = f"box-hits:{window}"
+        RETRIEVERS[name] = type(f"BoxHits_{window}", (BoxHitsRetriever,), {"name": name, **attrs})
+    return ["box-hits:" + w for w in variants]
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("step", choices=["recall", "full", "qa", "headers", "qa-full"])
+    p.add_argument("step", choices=["recall", "full", "qa", "headers", "windows", "qa-full"])
     p.add_argument("--data", default=str(DEFAULT_DATA))
     p.add_argument("--config", default="cpu")
     p.add_argument("--conversations", nargs="+", default=None)
@@ -59,6 +93,7 @@ def main(argv=None) -> int:
     p.add_argument("--out", help="run folder (default: runs/bench-boxaware-<step>-<config>...)")
     a = p.parse_args(argv)
     variants = header_variants()  # so that --modes may name them in any step
+    windows = window_variants()
     if a.step == "recall":
         s = Settings(data=a.data, config=a.config, conversations=a.conversations or DEV, k=[10],
                      modes=a.modes or BOX_ONLY_MODES, qa=False, build=False, boxes_only=True,
@@ -67,6 +102,10 @@ def main(argv=None) -> int:
         s = Settings(data=a.data, config=a.config, conversations=a.conversations or DEV, k=[10],
                      modes=a.modes or ["chunk-rag"] + variants, qa=False, threads=a.threads,
                      out=a.out or f"runs/bench-boxaware-headers-{a.config}")
+    elif a.step == "windows":  # recall only, on whole-conversation builds (finished ones are not rebuilt)
+        s = Settings(data=a.data, config=a.config, conversations=a.conversations or DEV, k=[10],
+                     modes=a.modes or ["chunk-rag", "box-hits"] + windows, qa=False, threads=a.threads,
+                     out=a.out or f"runs/bench-boxaware-windows-{a.config}")
     elif a.step == "qa-full":  # QA on whole-conversation builds (finished ones are not rebuilt)
         s = Settings(data=a.data, config=a.config, conversations=a.conversations or ["conv-30", "conv-26"],
                      k=[10], modes=a.modes or ["box-hits", "compact"], qa=True, qa_budget=1000,

@@ -25,7 +25,7 @@ Loom's continuity rule and no extraction (no language model with the embedding o
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
@@ -80,7 +80,8 @@ def topic_line(box: Box) -> str:
 
 
 def box_map(memory: "Memory", messages: list[Message], vectors: np.ndarray, conversation_id: str | None,
-            mode: str) -> BoxMap:
+            mode: str, window_vectors: Callable[[list[Message], list[np.ndarray]], np.ndarray]) -> BoxMap:
+    """The scope's boxes; `window_vectors(messages, members)` gives each message's window vector."""
     store = memory.store
     boxes = [b for b in store.boxes(conversation_id) if b.messages]
     if messages and not boxes:
@@ -94,19 +95,20 @@ def box_map(memory: "Memory", messages: list[Message], vectors: np.ndarray, conv
             boxes.append(Box(-1, m.conversation_id, m.session, m.session_date, [m]))
     box_of = np.array([position[(m.conversation_id, m.message_id)] for m in messages], dtype=np.int64)
     members = [np.flatnonzero(box_of == n) for n in range(len(boxes))]
-    windows = box_chunk_vectors(memory, messages, members) if messages else vectors
+    windows = window_vectors(messages, members) if messages else vectors
     centroids = np.stack([vectors[idx].mean(axis=0) for idx in members]) if members else vectors[:0]
     return BoxMap(messages, vectors, box_of, boxes, members, position, windows=windows,
                   centroids=_unit(centroids), scope=conversation_id)
 
 
-def box_chunk_vectors(memory: "Memory", messages: list[Message], members: list[np.ndarray]) -> np.ndarray:
-    """Message index -> embedding of its window: the ~CHUNK_WORDS-word chunk of consecutive messages of its
+def box_chunk_vectors(memory: "Memory", messages: list[Message], members: list[np.ndarray],
+                      chunk_words: int = CHUNK_WORDS) -> np.ndarray:
+    """Message index -> embedding of its window: the ~chunk_words-word chunk of consecutive messages of its
     box that holds it (whole messages, rendered as chunk-rag renders its chunks)."""
     chunks: list[np.ndarray] = []
     for idx in members:
         start = 0
-        for c in chunk_session_messages([messages[i] for i in idx], CHUNK_WORDS):
+        for c in chunk_session_messages([messages[i] for i in idx], chunk_words):
             chunks.append(idx[start:start + len(c)])
             start += len(c)
     vecs = memory.embedder.encode(["\n".join(messages[i].render() for i in c) for c in chunks])
@@ -127,6 +129,7 @@ class BoxHitsRetriever(Retriever):
     decay = DECAY
     box_weight = BOX_WEIGHT
     headers = "date"
+    chunk_words = CHUNK_WORDS
 
     def __init__(self, memory: "Memory"):
         super().__init__(memory)
@@ -137,8 +140,12 @@ class BoxHitsRetriever(Retriever):
         if conversation_id not in self._maps:
             chunks, vecs = self.turns.units(conversation_id)
             self._maps[conversation_id] = box_map(self.memory, [c[0] for c in chunks], vecs, conversation_id,
-                                                  self.name)
+                                                  self.name, self.window_vectors)
         return self._maps[conversation_id]
+
+    def window_vectors(self, messages: list[Message], members: list[np.ndarray]) -> np.ndarray:
+        """Message index -> unit vector of its window (see the module docstring)."""
+        return box_chunk_vectors(self.memory, messages, members, self.chunk_words)
 
     def priorities(self, bm: BoxMap, qv: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(relevance, priority) of every message (see the module docstring)."""
