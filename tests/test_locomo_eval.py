@@ -254,6 +254,9 @@ def test_saved_results_pool_like_one_run_and_hold_no_dataset_text(tmp_path, data
     for mode in MODES:
         assert pooled["modes"][mode]["recall"] == direct["modes"][mode]["recall"]
         assert pooled["modes"][mode]["qa"]["overall"] == direct["modes"][mode]["qa"]["overall"]
+    assert (pooled["settings"]["qa_k"], pooled["settings"]["qa_budget"]) == (direct["settings"]["qa_k"],
+                                                                             direct["settings"]["qa_budget"])
+    assert markdown(pooled).split("## QA")[1].splitlines()[0] == markdown(direct).split("## QA")[1].splitlines()[0]
     assert pooled["evidence_issues"] == direct["evidence_issues"]
     assert pooled["builds"].keys() == {"tiny", "tiny2"}
     assert pooled["dates"] == {"tiny": ["2026-11-29"], "tiny2": ["2026-11-30"]}  # unchanged records keep their date
@@ -267,3 +270,8 @@ def test_saved_results_pool_like_one_run_and_hold_no_dataset_text(tmp_path, data
         save_results([tmp_path / "other"], results, "2026-11-30")
     with pytest.raises(InputError, match="no records of \\['nope'\\]"):
         pooled_summary(results, data, conversations=["nope"])
+    run(_settings(tmp_path, data, conversations=["tiny2"], qa_budget=77, out=str(tmp_path / "qa77")), **kw)
+    mixed = tmp_path / "results" / "mixed.jsonl.gz"
+    save_results([tmp_path / "tiny", tmp_path / "qa77"], mixed, "2026-11-30")
+    with pytest.raises(InputError, match="different k and budgets"):
+        pooled_summary(mixed, data)

@@ -114,6 +114,12 @@ def pooled_summary(path: str | Path, data: str | Path, modes: list[str] | None =
                  if not s.sessions or int(m.session) <= s.sessions}
         _questions(sample, s, known, issues)
     chosen = [r for key, r in records.items() if key[0] in convs and key[1] in s.modes]
+    answered = {(r.get("qa_k"), r.get("qa_budget")) for r in chosen if r.get("scores")}
+    if len(answered) > 1:
+        raise InputError(f"{path}: its answers were given with different k and budgets {sorted(answered)}; "
+                         f"pool fewer modes or conversations (--modes)")
+    if answered:
+        s.qa_k, s.qa_budget = answered.pop()
     builds = {c: b for c, b in meta.get("builds", {}).items() if c in convs}
     summary = summarise(chosen, s, load_config(s.config), builds, issues)
     summary["dates"] = {c: sorted({r["date"] for r in chosen if r["conversation"] == c}) for c in convs}
