@@ -10,12 +10,12 @@ to decide what is shown around a hit:
   boundary). Its priority is the best, over the messages of its own box, of that relevance less `DECAY`
   per turn of distance, plus `BOX_WEIGHT` x the cosine of the box (the mean vector of its messages).
   Messages are added best first while they fit the budget, so a strong hit brings its box neighbours,
-  nearest first, before weaker hits elsewhere, and context never crosses a topic boundary. Shown in time order, one block
-  under one date line per session (`HEADERS`: other layouts label each box). k: the top-k messages seed the
-  context; the messages of their boxes are the candidates.
+  nearest first, before weaker hits elsewhere, and context never crosses a topic boundary. Shown in time
+  order under one date line per session (`HEADERS`: other layouts label each box). k: the top-k messages
+  seed the context; the messages of their boxes are the candidates.
 - `box-hits-trace`: the same, with up to `TRACE_SHARE` of the budget kept for the storyline: boxes in
   other sessions that share a Trace Weaver trace with the boxes of the `TRACE_SEEDS` best hits; their
-  messages are ranked the same way and shown under their own box headers.
+  messages are ranked the same way and shown in the same layout.
 
 Messages not yet filed into a box (a live memory's pending messages) are each their own one-message box.
 The modes need only the Loom's boxes, not their records: `file_into_boxes` files a conversation with the
