@@ -9,14 +9,14 @@
     # box-hits with each header layout (boxaware.HEADERS) on whole-conversation builds that exist already
     # (runs/builds/cpu/<conversation>, made by `membox eval locomo --config cpu --conversations ...`)
     python benchmarks/boxaware_bench.py headers --conversations conv-30 conv-26 conv-41 conv-42 conv-43 conv-44
-    # box-hits with other message windows (how the default window was chosen), same builds
-    python benchmarks/boxaware_bench.py windows --conversations conv-26 conv-30 conv-42 conv-44
+    # box-hits with other message windows (how the default window was chosen), same builds, six conversations
+    python benchmarks/boxaware_bench.py windows
     # QA (three scorers) at a 1000-token budget on those whole-conversation builds; one process per
-    # conversation side by side, then one table over both
+    # conversation side by side, then one table over both (saved in benchmarks/results/boxaware-qa-cpu.md)
     python benchmarks/boxaware_bench.py qa-full --conversations conv-30 --out runs/bench-boxaware-qa-full-conv-30
     python benchmarks/boxaware_bench.py qa-full --conversations conv-26 --out runs/bench-boxaware-qa-full-conv-26
-    python benchmarks/locomo_bench.py merge --qa --qa-budget 1000 runs/bench-boxaware-qa-full-conv-30 \
-        runs/bench-boxaware-qa-full-conv-26
+    python benchmarks/locomo_bench.py save --results benchmarks/results/boxaware-qa-cpu.jsonl.gz \
+        runs/bench-boxaware-qa-full-conv-30 runs/bench-boxaware-qa-full-conv-26
 
 Each step is `membox eval locomo` (membox_local.evaluation.locomo.run) with fixed settings; resumable.
 """
