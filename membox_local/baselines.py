@@ -135,6 +135,11 @@ def chunk_session_messages(messages: Sequence[Message], chunk_words: int) -> lis
     return chunks
 
 
+def chunk_text(messages: Sequence[Message]) -> str:
+    """The text a chunk of messages is embedded as (chunk-rag's units, box-hits' windows)."""
+    return "\n".join(m.render() for m in messages)
+
+
 class ChunkRagRetriever(Retriever):
     name = "chunk-rag"
     needs = "messages"
@@ -148,7 +153,7 @@ class ChunkRagRetriever(Retriever):
         if conversation_id not in self._units:
             chunks = [c for msgs in conversation_messages(self.memory, conversation_id)
                       for c in chunk_session_messages(msgs, self.chunk_words)]
-            vecs = self.memory.embedder.encode(["\n".join(m.render() for m in c) for c in chunks])
+            vecs = self.memory.embedder.encode([chunk_text(c) for c in chunks])
             self._units[conversation_id] = (chunks, vecs)
         return self._units[conversation_id]
 

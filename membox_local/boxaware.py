@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
-from .baselines import CHUNK_WORDS, Layout, TurnRagRetriever, chunk_session_messages
+from .baselines import CHUNK_WORDS, Layout, TurnRagRetriever, chunk_session_messages, chunk_text
 from .loom import Loom
 from .records import Box, Message
 from .retrieve import RETRIEVERS, Context, Retriever
@@ -111,7 +111,7 @@ def box_chunk_vectors(memory: "Memory", messages: list[Message], members: list[n
         for c in chunk_session_messages([messages[i] for i in idx], chunk_words):
             chunks.append(idx[start:start + len(c)])
             start += len(c)
-    vecs = memory.embedder.encode(["\n".join(messages[i].render() for i in c) for c in chunks])
+    vecs = memory.embedder.encode([chunk_text([messages[i] for i in c]) for c in chunks])
     windows = np.zeros((len(messages), vecs.shape[1]), dtype=vecs.dtype)
     for c, v in zip(chunks, vecs):
         windows[c] = v
