@@ -4,6 +4,9 @@
                                                # choose on TIAGE dev, report dev, DialSeg711 and LoCoMo box sizes
     python benchmarks/segmentation.py locomo --config cpu [--judge NAME] [--set loom.key=value ...]
     python benchmarks/segmentation.py ceiling  # upper bound: the hybrid fitted on DialSeg711 itself
+    python benchmarks/segmentation.py fit-lm --train-limit 100 --dialseg-limit 100 --locomo-limit 60
+                                               # the hybrid with the LLM's likelihood features (lm_*): scores
+                                               # cached in runs/segmentation/lm-scores.jsonl (resumable)
 
 Every decision goes through `membox_local.evaluation.segmentation.run_segmenter`, i.e. `loom.decide`, online.
 Embeddings are computed once per text with the config's embedder and kept in runs/segmentation/vectors.npz.
@@ -26,7 +29,8 @@ from membox_local.config import Config, load_config  # noqa: E402
 from membox_local.embed import Embedder, make_embedder  # noqa: E402
 from membox_local.evaluation.segmentation import (box_sizes, evaluate, load_dialogues,  # noqa: E402
                                                   run_segmenter)
-from membox_local.judges import FEATURES, hybrid_features  # noqa: E402
+from membox_local.backends.base import Backend, ScoreRequest, ScoreResult, Usage  # noqa: E402
+from membox_local.judges import FEATURES, LM_FEATURES, hybrid_features, likelihood_features  # noqa: E402
 
 RUNS = REPO / "runs" / "segmentation"
 
@@ -67,13 +71,82 @@ class LookupEmbedder(Embedder):
         return np.stack([self.table[t] for t in texts]).astype(np.float32) if texts else np.zeros((0, self.dim))
 
 
+class ScoreCache(Backend):
+    """Score requests answered from runs/segmentation/lm-scores.jsonl; missing ones go to the config's model
+    and are appended (so a long scoring run resumes where it stopped). Other request kinds are refused."""
+
+    name = "score-cache"
+
+    def __init__(self, cfg: Config, path: Path = RUNS / "lm-scores.jsonl"):
+        self.cfg, self.path, self.model = cfg, path, cfg.llm.model
+        self.table: dict[tuple[str, str], tuple[float, int]] = {}
+        self._backend = None
+        self.computed = 0
+        if path.exists():
+            for line in path.open(encoding="utf-8"):
+                r = json.loads(line)
+                if r["model"] == self.model:
+                    self.table[(r["context"], r["continuation"])] = (r["logprob"], r["tokens"])
+
+    def score_batch(self, requests):
+        out = []
+        for req in requests:
+            key = (req.context, req.continuation)
+            if key not in self.table:
+                if self._backend is None:
+                    from membox_local.backends import make_backend
+
+                    self._backend = make_backend(self.cfg.llm)
+                res = self._backend.score([req])[0]
+                self.table[key] = (res.logprob, res.tokens)
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                with self.path.open("a", encoding="utf-8") as fh:
+                    fh.write(json.dumps({"model": self.model, "context": req.context, "continuation": req.continuation,
+                                         "logprob": res.logprob, "tokens": res.tokens}) + "\n")
+                self.computed += 1
+                if self.computed % 100 == 0:
+                    print(f"  scored {self.computed} new texts ({len(self.table)} cached)", file=sys.stderr, flush=True)
+            lp, n = self.table[key]
+            out.append(ScoreResult(lp, n, Usage(req.stage, 0, 0)))
+        return out
+
+    def label_batch(self, requests):
+        raise NotImplementedError("ScoreCache answers score requests only")
+
+    json_batch = text_batch = label_batch
+
+
+def answer(step, backend: Backend):
+    """Run a step that yields score requests only (likelihood_features) against `backend`."""
+    try:
+        req = next(step)
+        while True:
+            req = step.send(backend.score([req])[0])
+    except StopIteration as stop:
+        return stop.value
+
+
+def precompute_scores(groups, backend: ScoreCache, window: int, label: str) -> None:
+    """Score every message that could be judged (it has `window` earlier messages in its dialogue/session):
+    with min_box_messages >= window the judge's context is always the previous `window` messages, so this
+    covers every decision of every setting, teacher-forced or online."""
+    todo = [(msgs[i - window:i], msgs[i]) for msgs in groups for i in range(window, len(msgs))]
+    t0 = time.time()
+    for n, (ctx, m) in enumerate(todo, 1):
+        answer(likelihood_features(ctx, m, window), backend)
+        if n % 200 == 0 or n == len(todo):
+            print(f"{label}: {n}/{len(todo)} messages scored or cached ({time.time() - t0:.0f}s)", file=sys.stderr,
+                  flush=True)
+
+
 def objective(s: dict) -> float:
     """One number to pick a setting: Pk and WD can be gamed alone, so F1 counts as much as both."""
     return ((1 - s["pk"]) + (1 - s["wd"])) / 2 + s["f1"]
 
 
-def teacher_forced(dialogues, emb: LookupEmbedder, window: int, min_box: int):
-    """(features, continues) for every turn judged with the reference segment so far as the open box."""
+def teacher_forced(dialogues, emb: LookupEmbedder, window: int, min_box: int, scorer: Backend | None = None):
+    """(features, continues) for every turn judged with the reference segment so far as the open box.
+    Likelihood features (lm_*) come from `scorer`; without one they are 0."""
     X, y = [], []
     for d in dialogues:
         starts = set(d.boundaries)
@@ -82,6 +155,8 @@ def teacher_forced(dialogues, emb: LookupEmbedder, window: int, min_box: int):
         for i in range(1, len(d.messages)):
             if i - seg_start >= min_box:
                 f = hybrid_features(vecs[seg_start:i], vecs[i], d.messages[seg_start:i], d.messages[i], window)
+                f.update(answer(likelihood_features(d.messages[seg_start:i], d.messages[i], window), scorer)
+                         if scorer is not None else dict.fromkeys(LM_FEATURES, 0.0))
                 X.append([f[k] for k in FEATURES])
                 y.append(i not in starts)
             if i in starts:
@@ -110,13 +185,13 @@ def with_loom(cfg: Config, **kw) -> Config:
     return c
 
 
-def run(cfg, dialogues, emb) -> dict:
-    rows, s = evaluate(cfg, dialogues, embedder=emb)
+def run(cfg, dialogues, emb, scorer=None) -> dict:
+    rows, s = evaluate(cfg, dialogues, embedder=emb, backend=scorer)
     return {k: s[k] for k in ("pk", "wd", "f1", "messages_per_box", "hyp_boundaries_per_dialogue", "s_per_message")}
 
 
-def locomo_sizes(cfg, conversations, emb) -> dict:
-    decisions, facts = run_segmenter(cfg, conversations, embedder=emb)
+def locomo_sizes(cfg, conversations, emb, scorer=None) -> dict:
+    decisions, facts = run_segmenter(cfg, conversations, embedder=emb, backend=scorer)
     sizes = box_sizes(decisions)
     return {"per_conversation": sizes, "mean": round(float(np.mean(list(sizes.values()))), 2)}
 
@@ -127,7 +202,14 @@ FEATURE_SETS = {
     "cos+rel+context": ["cos_last", "cos_prev", "cos_window", "cos_box", "cohesion", "rel_last", "rel_window",
                         "max_box", "last_question", "box_age"],
     "all": [f for f in FEATURES if f != "speaker_change"],  # speakers alternate in TIAGE: constant there
-    "all-noage": [f for f in FEATURES if f not in ("speaker_change", "box_age")],
+    "all-noage": [f for f in FEATURES if f not in ("speaker_change", "box_age") + LM_FEATURES],
+}
+FEATURE_SETS["all"] = [f for f in FEATURE_SETS["all"] if f not in LM_FEATURES]
+LM_FEATURE_SETS = {
+    "lm": list(LM_FEATURES),
+    "cos+lm": FEATURE_SETS["cos"] + list(LM_FEATURES),
+    "cos+rel+lm": FEATURE_SETS["cos+rel"] + list(LM_FEATURES),
+    "all+lm": FEATURE_SETS["all"] + list(LM_FEATURES),
 }
 
 
@@ -189,7 +271,7 @@ def cmd_fit(args) -> int:
     return 0
 
 
-def choose(report: dict) -> dict:
+def choose(report: dict, md_name: str = "fit.md") -> dict:
     """Per judge: the best TIAGE-dev objective among settings that keep the Loom's minimal-context rule
     (min_box_messages=2: single-message boxes extract poorly) and give LoCoMo boxes of 4-8 messages (the paper:
     4.9-6.6). DialSeg711 is reported for every candidate and used for nothing."""
@@ -207,9 +289,79 @@ def choose(report: dict) -> dict:
     for c in report["candidates"]:
         cells = [" / ".join(f"{c[ds][m]:.3f}" for m in ("pk", "wd", "f1")) for ds in ("dev", "dialseg711")]
         lines.append(f"| {c['name']} | {cells[0]} | {cells[1]} | {c['locomo']['mean']} | {'yes' if c.get('chosen') else ''} |")
-    (RUNS / "fit.md").write_text("\n".join(lines) + "\n")
+    (RUNS / md_name).write_text("\n".join(lines) + "\n")
     print("\n".join(lines), file=sys.stderr)
     return chosen
+
+
+def cmd_fit_lm(args) -> int:
+    """The hybrid with the LLM's likelihood features (lm_pmi, lm_cond), by the protocol of `fit`: logistic
+    weights on teacher-forced TIAGE-train states, bias offset swept online on train, choice on TIAGE dev
+    (min_box 2, LoCoMo 4-8 messages per box). The config's current judge and the embedding judge are measured on
+    the same subsets for comparison. Scores: runs/segmentation/lm-scores.jsonl; results: fit-lm.json, fit-lm.md."""
+    from membox_local.ingest import load_locomo
+
+    data = Path(args.data_dir)
+    seg = data / "segmentation"
+    train = load_dialogues(seg / "tiage_train.json", args.train_limit)
+    dev = load_dialogues(seg / "tiage_dev.json")
+    test = load_dialogues(seg / "dialseg711_test.json", args.dialseg_limit)
+    locomo: dict[str, list] = {}
+    for m in load_locomo(data / "locomo-dev.json"):
+        locomo.setdefault(m.conversation_id, []).append(m)
+    locomo = {c: v[: args.locomo_limit] for c, v in locomo.items()}
+    cfg = load_config(args.config)
+    window = cfg.loom.window
+    texts = [m.text for ds in (train, dev, test) for d in ds for m in d.messages] + \
+        [m.text for v in locomo.values() for m in v]
+    emb = LookupEmbedder(cfg, texts, RUNS / "vectors.npz")
+    scorer = ScoreCache(cfg)
+    sessions = [[m for m in v if m.session == s] for v in locomo.values() for s in dict.fromkeys(m.session for m in v)]
+    for label, groups in (("TIAGE train", [d.messages for d in train]), ("TIAGE dev", [d.messages for d in dev]),
+                          ("LoCoMo", sessions), ("DialSeg711", [d.messages for d in test])):
+        precompute_scores(groups, scorer, window, label)
+    if args.score_only:
+        return 0
+    report: dict = {"config": cfg.name, "embedder": cfg.embedder.model, "llm": cfg.llm.model,
+                    "date": time.strftime("%Y-%m-%d"), "command": "python benchmarks/segmentation.py " +
+                    " ".join(sys.argv[1:]), "subsets": {"tiage_train": len(train), "tiage_dev": len(dev),
+                                                        "dialseg711": len(test), "locomo_messages": args.locomo_limit},
+                    "candidates": []}
+
+    def record(name, c):
+        entry = {"name": name, "loom": {k: getattr(c.loom, k) for k in
+                                        ("judge", "threshold", "min_box_messages", "max_box_messages", "weights", "bias")},
+                 "train": run(c, train, emb, scorer), "dev": run(c, dev, emb, scorer),
+                 "dialseg711": run(c, test, emb, scorer), "locomo": locomo_sizes(c, locomo, emb, scorer)}
+        report["candidates"].append(entry)
+        print(f"{name:40s} train F1 {entry['train']['f1']:.3f} | " + " | ".join(
+            f"{ds} {entry[ds]['pk']:.3f}/{entry[ds]['wd']:.3f}/{entry[ds]['f1']:.3f}" for ds in ("dev", "dialseg711"))
+            + f" | LoCoMo {entry['locomo']['mean']} msg/box", file=sys.stderr, flush=True)
+
+    record(f"{cfg.name} default ({cfg.loom.judge}), same subsets", cfg)
+    record("embedding, same subsets", with_loom(cfg, judge="embedding", weights={}))
+    X, y = teacher_forced(train, emb, window, 2, scorer)
+    for fs, names in LM_FEATURE_SETS.items():
+        weights, bias = fit_logistic(X, y, names)
+        offsets = np.round(np.arange(-2.0, 2.01, 0.25), 2)
+        best = max(offsets, key=lambda o: objective(run(with_loom(
+            cfg, judge="hybrid", weights=weights, bias=bias + float(o)), train, emb, scorer)))
+        record(f"hybrid {fs} min_box=2", with_loom(cfg, judge="hybrid", weights=weights,
+                                                   bias=round(bias + float(best), 4), min_box_messages=2))
+    lm = {"candidates": [c for c in report["candidates"] if any(k in LM_FEATURES for k in c["loom"]["weights"])]}
+    chosen = choose(lm, "fit-lm-chosen.md")["hybrid"]
+    for c in report["candidates"]:
+        c["chosen"] = c is chosen
+    lines = ["| candidate | TIAGE dev Pk / WD / F1 | DialSeg711 Pk / WD / F1 | LoCoMo msg/box | chosen |",
+             "|---|---|---|---|---|"]
+    for c in report["candidates"]:
+        cells = [" / ".join(f"{c[ds][m]:.3f}" for m in ("pk", "wd", "f1")) for ds in ("dev", "dialseg711")]
+        lines.append(f"| {c['name']} | {cells[0]} | {cells[1]} | {c['locomo']['mean']} | {'yes' if c['chosen'] else ''} |")
+    (RUNS / "fit-lm.md").write_text("\n".join(lines) + "\n")
+    (RUNS / "fit-lm.json").write_text(json.dumps(report, indent=2) + "\n")
+    print("\n".join(lines), file=sys.stderr)
+    print(json.dumps({k: chosen[k] for k in ("name", "loom", "dev", "dialseg711", "locomo")}, indent=2))
+    return 0
 
 
 def cmd_ceiling(args) -> int:
@@ -341,6 +493,13 @@ def main() -> int:
     ce.add_argument("--config", default="cpu")
     ce.add_argument("--dialseg-limit", type=int, help="only the first N DialSeg711 dialogues")
     ce.set_defaults(func=cmd_ceiling)
+    fl = sub.add_parser("fit-lm", help="the hybrid with the LLM's likelihood features (fit, choose, report)")
+    fl.add_argument("--config", default="cpu")
+    fl.add_argument("--train-limit", type=int, help="only the first N TIAGE-train dialogues")
+    fl.add_argument("--dialseg-limit", type=int, help="only the first N DialSeg711 dialogues")
+    fl.add_argument("--locomo-limit", type=int, default=60, help="first N messages of each LoCoMo conversation")
+    fl.add_argument("--score-only", action="store_true", help="only compute and cache the scores")
+    fl.set_defaults(func=cmd_fit_lm)
     sub.add_parser("choose", help="re-apply the selection rule to runs/segmentation/fit.json").set_defaults(
         func=cmd_choose)
     fp = sub.add_parser("fit-prob", help="fit llm-logprob's prob_threshold from a run with prob_threshold=0")

@@ -27,6 +27,7 @@ class LLMConfig:
     n_ctx: int = 4096
     n_threads: int = 0  # 0: every core
     n_batch: int = 512
+    score_ctx: int = 512  # llama.cpp: context of the separate instance that answers score requests
     seed: int = 0
     temperature: float = 0.0
     max_retries: int = 1  # extra attempts when structured output fails to parse

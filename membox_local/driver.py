@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from typing import Any, Callable, Hashable, Iterable
 
-from .backends.base import Backend, JsonRequest, LabelRequest, TextRequest
+from .backends.base import Backend, JsonRequest, LabelRequest, ScoreRequest, TextRequest
 from .embed import Embedder
 from .requests import EmbedRequest, Request, Step
 from .store import Store
 
-KINDS = (EmbedRequest, LabelRequest, JsonRequest, TextRequest)
+KINDS = (EmbedRequest, LabelRequest, JsonRequest, TextRequest, ScoreRequest)
 
 
 class Driver:
@@ -47,7 +47,7 @@ class Driver:
                     pos += len(r.texts)
                 continue
             method = {LabelRequest: self.backend.label, JsonRequest: self.backend.json,
-                      TextRequest: self.backend.text}[kind]
+                      TextRequest: self.backend.text, ScoreRequest: self.backend.score}[kind]
             for i, res in zip(idx, method(batch)):
                 results[i] = res
                 usage = getattr(res, "usage", None)

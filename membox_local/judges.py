@@ -13,9 +13,10 @@ from typing import Sequence
 
 import numpy as np
 
-from .backends.base import BackendError, LabelRequest
+from .backends.base import BackendError, LabelRequest, ScoreRequest
 from .config import LoomConfig
-from .prompts import CONTINUITY_LABELS, authors_continuity_prompt, continuity_prompt
+from .prompts import (CONTINUITY_LABELS, DIALOGUE_HEADER, authors_continuity_prompt, continuity_prompt,
+                      dialogue_context, dialogue_line)
 from .records import Message
 from .requests import EmbedRequest, Step
 
@@ -102,12 +103,27 @@ def hybrid_features(box_vecs: np.ndarray, new_vec: np.ndarray, box: Sequence[Mes
     }
 
 
+def likelihood_features(box: Sequence[Message], new: Message, window: int) -> Step:
+    """The language model's view, per token of the new message: `lm_pmi`, how much more likely it is after
+    the box's last `window` messages than after a bare header (pointwise mutual information), and `lm_cond`,
+    its log-likelihood after them. A message that continues the topic is predicted by what came before."""
+    line = dialogue_line(new)
+    after_box = yield ScoreRequest(dialogue_context(list(box)[-window:]), line, stage="judge")
+    alone = yield ScoreRequest(DIALOGUE_HEADER, line, stage="judge")
+    n = max(1, after_box.tokens)
+    return {"lm_pmi": (after_box.logprob - alone.logprob) / n, "lm_cond": after_box.logprob / n}
+
+
+LM_FEATURES = ("lm_pmi", "lm_cond")
 FEATURES = ("cos_last", "cos_prev", "cos_window", "cos_box", "cohesion", "rel_last", "rel_window", "max_box",
-            "speaker_change", "new_question", "last_question", "len_new", "len_last", "box_age")
+            "speaker_change", "new_question", "last_question", "len_new", "len_last", "box_age") + LM_FEATURES
 
 
 class HybridJudge(Judge):
-    """Logistic model: p(continue) = sigmoid(bias + sum of weights[f] * feature f); continues at p >= 0.5."""
+    """Logistic model: p(continue) = sigmoid(bias + sum of weights[f] * feature f); continues at p >= 0.5.
+
+    Features are MiniLM cosines and surface cues (`hybrid_features`); weights on `lm_*` features add the
+    language model's likelihoods (`likelihood_features`, two score requests per judged message)."""
 
     name = "hybrid"
 
@@ -120,15 +136,19 @@ class HybridJudge(Judge):
         if unknown:
             raise ValueError(f"[loom] weights: unknown hybrid feature(s) {unknown}; known: {list(FEATURES)}")
         self.weights = {k: float(v) for k, v in cfg.weights.items()}
+        self.uses_llm = any(k in LM_FEATURES and w for k, w in self.weights.items())
 
     def features(self, recent: Sequence[Message], new: Message) -> Step:
         box = list(recent)
         vecs = yield EmbedRequest(tuple(m.text for m in box) + (new.text,))
         vecs = np.asarray(vecs, dtype=np.float32)
-        return hybrid_features(vecs[:-1], vecs[-1], box, new, self.cfg.window)
+        feats = hybrid_features(vecs[:-1], vecs[-1], box, new, self.cfg.window)
+        if self.uses_llm:
+            feats.update((yield from likelihood_features(box, new, self.cfg.window)))
+        return feats
 
     def probability(self, feats: dict[str, float]) -> float:
-        z = self.cfg.bias + sum(w * feats[k] for k, w in self.weights.items())
+        z = self.cfg.bias + sum(w * feats[k] for k, w in self.weights.items() if w)
         return 1.0 / (1.0 + math.exp(-z))
 
     def decide(self, recent, new):

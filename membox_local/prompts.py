@@ -44,6 +44,19 @@ def authors_continuity_prompt(previous: Sequence[Message], new: Message) -> Prom
 
 
 # ---- Topic Loom: extraction on seal -------------------------------------------------------------
+# Likelihood features (the hybrid judge's lm_* weights): plain text, no chat template, no instructions.
+# How likely is the new line after the open box's last lines, against after this header alone?
+DIALOGUE_HEADER = "A conversation between two people.\n\n"
+
+
+def dialogue_line(m: Message) -> str:
+    return f"{m.speaker}: {m.text.strip()}\n"
+
+
+def dialogue_context(recent: Sequence[Message]) -> str:
+    return DIALOGUE_HEADER + "".join(dialogue_line(m) for m in recent)
+
+
 EXTRACT_SYSTEM = (
     "You turn a short piece of conversation into a memory record, as JSON.\n"
     "- topic: one short phrase naming what the piece is about.\n"

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Generator, Union
 
-from .backends.base import JsonRequest, LabelRequest, TextRequest
+from .backends.base import JsonRequest, LabelRequest, ScoreRequest, TextRequest
 
 
 @dataclass(frozen=True)
@@ -17,5 +17,5 @@ class EmbedRequest:
     texts: tuple[str, ...]
 
 
-Request = Union[LabelRequest, JsonRequest, TextRequest, EmbedRequest]
+Request = Union[LabelRequest, JsonRequest, TextRequest, ScoreRequest, EmbedRequest]
 Step = Generator[Request, Any, Any]

@@ -28,7 +28,8 @@ class StructuredOutputsParams:
 
 
 class SamplingParams:
-    FIELDS = {"temperature", "max_tokens", "seed", "logprobs", "allowed_token_ids", "structured_outputs", "top_k"}
+    FIELDS = {"temperature", "max_tokens", "seed", "logprobs", "allowed_token_ids", "structured_outputs", "top_k",
+              "prompt_logprobs"}
 
     def __init__(self, **kw):
         unknown = set(kw) - self.FIELDS
@@ -57,6 +58,7 @@ class RequestOutput:
     prompt: str
     prompt_token_ids: list[int]
     outputs: list[CompletionOutput] = field(default_factory=list)
+    prompt_logprobs: list[dict[int, Logprob] | None] | None = None
 
 
 class CharTokenizer:
@@ -110,7 +112,15 @@ class LLM:
         self.calls.append((prompts, sampling_params))
         return [self._one(p, sp) for p, sp in zip(prompts, sampling_params)]
 
-    def _one(self, prompt: str, sp: SamplingParams) -> RequestOutput:
+    def _one(self, prompt: str | dict, sp: SamplingParams) -> RequestOutput:
+        if isinstance(prompt, dict):  # a TokensPrompt: score requests
+            ids = prompt["prompt_token_ids"]
+            plp = None
+            if sp.prompt_logprobs is not None:
+                # a character seen earlier in the prompt is likely (-0.5), any other unlikely (-3.0)
+                plp = [None] + [{t: Logprob(-0.5 if t in ids[:i] else -3.0)} for i, t in enumerate(ids)
+                                if i > 0]
+            return RequestOutput("", list(ids), [CompletionOutput("x", [120])], plp)
         seed = zlib.crc32(prompt.encode())
         logprobs = None
         so = sp.structured_outputs

@@ -7,8 +7,8 @@ import re
 
 import numpy as np
 
-from membox_local.backends.base import (Backend, JsonResult, LabelResult, StructuredOutputError, TextResult,
-                                        Usage, parse_json_output)
+from membox_local.backends.base import (Backend, JsonResult, LabelResult, ScoreResult, StructuredOutputError,
+                                        TextResult, Usage, parse_json_output)
 from membox_local.embed import Embedder
 
 WORD = re.compile(r"[a-z]+")
@@ -119,6 +119,18 @@ class FakeBackend(Backend):
                 home[1].append(i)
         cap = r.schema["properties"]["storylines"]["maxItems"]
         return {"storylines": [{"title": " ".join(sorted(s[0])[:3]), "events": s[1]} for s in stories[:cap]]}
+
+    def score_batch(self, requests):
+        """A word of the continuation costs 1 nat if the context has it, 4 otherwise."""
+        self.batches.append(len(requests))
+        out = []
+        for r in requests:
+            self.calls.append((r.stage, r.context + r.continuation))
+            seen = set(WORD.findall(r.context.lower()))
+            words = WORD.findall(r.continuation.lower()) or ["_"]
+            lp = -sum(1.0 if w in seen else 4.0 for w in words)
+            out.append(ScoreResult(lp, len(words), Usage(r.stage, len(r.context.split()) + len(words), 0)))
+        return out
 
     def text_batch(self, requests):
         self.batches.append(len(requests))

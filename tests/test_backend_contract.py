@@ -19,7 +19,8 @@ import pytest
 import fake_vllm
 from fakes import FakeBackend
 from membox_local.backends.base import (BackendError, JsonRequest, JsonResult, LabelRequest, LabelResult, Prompt,
-                                        StructuredOutputError, TextRequest, TextResult, validate_json)
+                                        ScoreRequest, ScoreResult, StructuredOutputError, TextRequest, TextResult,
+                                        continuation_logprob, fit_score_tokens, validate_json)
 from membox_local.config import LLMConfig, load_config
 from membox_local.prompts import CONTINUITY_LABELS, answer_prompt, continuity_prompt, extract_prompt, extract_schema
 from membox_local.records import Message
@@ -257,6 +258,51 @@ def test_bad_requests_fail_loudly(backend):
         backend.label([LabelRequest(Prompt("s", "u"), ("yes",), "judge")])
     with pytest.raises(ValueError, match="without maxItems"):
         backend.json([JsonRequest(Prompt("s", "u"), {"type": "object", "properties": {"x": {"type": "array"}}}, "x")])
+
+
+def test_score_likelihoods(backend):
+    """log p(line | context): negative, summed over the line's tokens, higher when the context already holds
+    the line (every language model copies), identical alone and in a batch. OpenAI-compatible servers give no
+    prompt log-probabilities through chat completions: refused, loudly."""
+    line = "Ann: I adopted a cat named Milo yesterday.\n"
+    reqs = [ScoreRequest("A conversation.\n\n" + line, line, "judge"), ScoreRequest("A conversation.\n\n", line, "judge")]
+    if backend.name == "openai":
+        with pytest.raises(BackendError, match="cannot score"):
+            backend.score(reqs)
+        return
+    seen, unseen = backend.score(reqs)
+    assert isinstance(seen, ScoreResult) and seen.usage.stage == "judge"
+    assert seen.tokens == unseen.tokens > 0
+    assert unseen.logprob < seen.logprob < 0
+    assert [r.logprob for r in backend.score(reqs[1:])] == pytest.approx([unseen.logprob], abs=1e-3)
+    with pytest.raises(ValueError, match="non-empty context"):
+        backend.score([ScoreRequest("", line, "judge")])
+
+
+def test_continuation_logprob_and_cuts():
+    import numpy as np
+
+    logits = np.log(np.array([[0.5, 0.25, 0.25], [0.1, 0.8, 0.1], [0.2, 0.2, 0.6]]))
+    # tokens 0 -> 1 -> 2: p(1 | 0) = 0.25, p(2 | 0 1) = 0.1; from position 2 only the last
+    assert continuation_logprob(logits, 1, [0, 1, 2]) == pytest.approx(np.log(0.25 * 0.1))
+    assert continuation_logprob(logits, 2, [0, 1, 2]) == pytest.approx(np.log(0.1))
+    assert fit_score_tokens([1, 2, 3], [4, 5], 10) == ([1, 2, 3], [4, 5])
+    assert fit_score_tokens([1, 2, 3], [4, 5, 6, 7, 8, 9], 6) == ([1, 2, 3], [4, 5, 6])  # cut: half each, ends kept
+    assert fit_score_tokens(list(range(10)), [4, 5], 6) == ([6, 7, 8, 9], [4, 5])
+
+
+def test_vllm_score_requests_use_prompt_logprobs(monkeypatch):
+    fake_vllm.install(monkeypatch)
+    from membox_local.backends.vllm import VLLMBackend
+
+    b = VLLMBackend(smollm_cfg(backend="vllm"), model="/models/fake")
+    [res] = b.score([ScoreRequest("ab", "ba", "judge")])
+    prompts, params = b.llm.calls[-1]
+    assert prompts == [{"prompt_token_ids": [ord(c) for c in "abba"]}]
+    assert params[0].kwargs == {"temperature": 1.0, "max_tokens": 1, "prompt_logprobs": 1, "seed": 0}
+    assert res.tokens == 2 and res.logprob == pytest.approx(-1.0)  # both characters seen just before
+    with pytest.raises(BackendError, match="no prompt log-probability"):
+        b.adapter.prompt_continuation_logprob([None, {}], [1, 2], 1)
 
 
 # ---- backend-specific behaviour ----------------------------------------------------------------------

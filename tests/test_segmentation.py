@@ -12,7 +12,7 @@ from membox_local.config import load_config
 from membox_local.evaluation.segmentation import (boundary_f1, boundary_string, evaluate, load_dialogues, pk, score,
                                                   window_size, windowdiff)
 from membox_local.ingest import InputError
-from membox_local.judges import FEATURES, JUDGES, make_judge
+from membox_local.judges import FEATURES, JUDGES, LM_FEATURES, make_judge
 from membox_local.records import Message
 
 from fakes import FakeBackend, FakeEmbedder
@@ -150,7 +150,7 @@ def drive(judge, recent, new, backend=None, embedder=None):
         except StopIteration as stop:
             return stop.value, seen
         seen.append(req)
-        value = embedder.encode(req.texts) if isinstance(req, EmbedRequest) else backend.label([req])[0]
+        value = embedder.encode(req.texts) if isinstance(req, EmbedRequest) else backend.run([req])[0]
 
 
 def conv(texts):
@@ -169,10 +169,11 @@ def test_all_judges_are_registered():
 @pytest.mark.parametrize("name,loom", [
     ("embedding", {"threshold": 0.15}),
     ("hybrid", {"weights": {"cos_window": 8.0, "rel_last": 1.0}, "bias": -1.0}),
+    ("hybrid", {"weights": {"lm_pmi": 2.0}, "bias": -1.5}),
     ("llm", {}),
     ("llm-logprob", {"prob_threshold": 0.5}),
     ("authors", {}),
-])
+], ids=["embedding", "hybrid", "hybrid-lm", "llm", "llm-logprob", "authors"])
 def test_each_judge_separates_continuation_from_shift(name, loom):
     judge = judge_for(name, **loom)
     box = conv(GARDEN[:3])
@@ -180,8 +181,8 @@ def test_each_judge_separates_continuation_from_shift(name, loom):
     same, _ = drive(judge, box, Message("c", "3", "Cy", GARDEN[3]))
     shift, reqs = drive(judge, box, Message("c", "3", "Cy", CARS[0]))
     assert same.continues and not shift.continues
-    if judge.uses_llm:
-        assert all(r.stage == "judge" for r in reqs)
+    if name in ("llm", "llm-logprob", "authors"):
+        assert judge.uses_llm and all(r.stage == "judge" for r in reqs)
         assert reqs[0].logprobs == (name == "llm-logprob")
     if name in ("embedding", "hybrid", "llm-logprob"):
         assert 0 <= shift.score < same.score
@@ -200,12 +201,50 @@ def test_hybrid_features_and_weight_errors():
     with pytest.raises(StopIteration) as stop:
         step.send(FakeEmbedder().encode(req.texts))
     feats = stop.value.value
-    assert tuple(feats) == FEATURES and feats["speaker_change"] == 1.0 and feats["last_question"] == 0.0
+    assert tuple(feats) == FEATURES[:-len(LM_FEATURES)] and feats["speaker_change"] == 1.0 and feats["last_question"] == 0.0
     assert feats["rel_last"] == pytest.approx(feats["cos_last"] - feats["cohesion"])
     with pytest.raises(ValueError, match="unknown hybrid feature"):
         judge_for("hybrid", weights={"vibes": 1.0})
     with pytest.raises(ValueError, match="needs \\[loom\\] weights"):
         judge_for("hybrid", weights={})
+
+
+def test_hybrid_likelihood_features_score_the_new_line_after_the_box_and_alone():
+    from membox_local.backends.base import ScoreRequest
+    from membox_local.prompts import DIALOGUE_HEADER
+
+    judge = judge_for("hybrid", weights={"cos_window": 1.0, "lm_pmi": 1.0})
+    assert judge.uses_llm and not judge_for("hybrid", weights={"cos_window": 1.0, "lm_pmi": 0.0}).uses_llm
+    box, new = conv(GARDEN[:3]), Message("c", "3", "Cy", GARDEN[3])
+    decision, reqs = drive(judge, box, new)
+    after_box, alone = reqs[1:]
+    line = f"Cy: {GARDEN[3]}\n"
+    assert after_box == ScoreRequest(f"{DIALOGUE_HEADER}B: {GARDEN[1]}\nA: {GARDEN[2]}\n", line, "judge")
+    assert alone == ScoreRequest(DIALOGUE_HEADER, line, "judge")
+    # the fake backend: 1 nat per word the context has, 4 per other word; 7 words, 4 of them in the box's lines
+    step = judge.features(box, new)
+    next(step)
+    next_req = step.send(FakeEmbedder().encode([m.text for m in box + [new]]))
+    lp = FakeBackend().score([next_req, alone])
+    step.send(lp[0])
+    with pytest.raises(StopIteration) as stop:
+        step.send(lp[1])
+    feats = stop.value.value
+    assert feats["lm_pmi"] == pytest.approx((-16 + 25) / 7) and feats["lm_cond"] == pytest.approx(-16 / 7)
+
+
+def test_hybrid_with_likelihood_weights_needs_a_backend_that_scores():
+    from membox_local.backends.base import BackendError
+
+    class NoScores(FakeBackend):
+        name = "noscores"
+
+        def score_batch(self, requests):
+            return super(FakeBackend, self).score_batch(requests)  # the base class: refuses
+
+    with pytest.raises(BackendError, match="cannot score text"):
+        drive(judge_for("hybrid", weights={"lm_pmi": 1.0}), conv(GARDEN[:2]), Message("c", "2", "A", GARDEN[2]),
+              backend=NoScores())
 
 
 def test_logprob_judge_refuses_a_backend_without_probabilities():

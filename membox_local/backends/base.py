@@ -3,6 +3,8 @@
 Three kinds of request, each answered in batches: pick one label from a fixed set, produce JSON that
 matches a bounded schema, or write free text. Every answer carries its token usage tagged by stage.
 Backends subclass `Backend` and implement the three `*_batch` methods; everything else is shared.
+A fourth kind, `ScoreRequest` (the log-likelihood of a given text), serves likelihood-based judges; backends
+that can read prompt log-probabilities implement `score_batch`, the others refuse it with a BackendError.
 """
 from __future__ import annotations
 
@@ -46,7 +48,17 @@ class TextRequest:
     max_tokens: int = 64
 
 
-LLMRequest = Union[LabelRequest, JsonRequest, TextRequest]
+@dataclass(frozen=True)
+class ScoreRequest:
+    """log p(continuation | context) under the model, on raw text (no chat template). The two parts are
+    tokenized separately and joined, so a context's tokens are the same whatever follows it."""
+
+    context: str
+    continuation: str
+    stage: str
+
+
+LLMRequest = Union[LabelRequest, JsonRequest, TextRequest, ScoreRequest]
 
 
 @dataclass
@@ -76,6 +88,13 @@ class TextResult:
     usage: Usage
 
 
+@dataclass
+class ScoreResult:
+    logprob: float  # sum over the continuation's tokens
+    tokens: int  # continuation tokens scored
+    usage: Usage
+
+
 class BackendError(RuntimeError):
     """A model call failed in a way the caller must see (never swallowed into an empty answer)."""
 
@@ -87,6 +106,27 @@ class StructuredOutputError(BackendError):
         super().__init__(message)
         self.raw = raw
         self.usage = usage
+
+
+def continuation_logprob(logits, start: int, tokens: Sequence[int]) -> float:
+    """Sum of log p(tokens[i] | tokens[:i]) for i >= start, from next-token logits of shape (len(tokens), vocab)
+    where row j predicts token j + 1."""
+    import numpy as np
+
+    rows = np.asarray(logits[start - 1:len(tokens) - 1], dtype=np.float64)
+    m = rows.max(axis=1, keepdims=True)
+    lse = np.log(np.exp(rows - m).sum(axis=1)) + m[:, 0]
+    picked = rows[np.arange(len(rows)), np.asarray(tokens[start:])]
+    return float((picked - lse).sum())
+
+
+def fit_score_tokens(ctx: list[int], cont: list[int], limit: int) -> tuple[list[int], list[int]]:
+    """Cut (context, continuation) tokens to `limit` in all: the continuation keeps at most half (its start),
+    the context its end. Likelihood judges compare short texts, so a cut is rare and never silent to callers
+    that check `ScoreResult.tokens`."""
+    cont = cont[: max(1, limit // 2)] if len(ctx) + len(cont) > limit else cont
+    ctx = ctx[-(limit - len(cont)):] if len(ctx) + len(cont) > limit else ctx
+    return ctx, cont
 
 
 def label_distribution(labels: Sequence[str], scores: Sequence[float]) -> dict[str, float]:
@@ -184,10 +224,17 @@ class Backend(ABC):
     def text(self, requests: Sequence[TextRequest]) -> list[TextResult]:
         return self.text_batch(list(requests))
 
+    def score(self, requests: Sequence[ScoreRequest]) -> list[ScoreResult]:
+        for r in requests:
+            if not r.context or not r.continuation:
+                raise ValueError(f"score request ({r.stage}): needs a non-empty context and continuation")
+        return self.score_batch(list(requests))
+
     def run(self, requests: Sequence[LLMRequest]) -> list[Any]:
         """Answer a mixed batch: one batched call per request kind, results in request order."""
         results: list[Any] = [None] * len(requests)
-        for kind, method in ((LabelRequest, self.label), (JsonRequest, self.json), (TextRequest, self.text)):
+        for kind, method in ((LabelRequest, self.label), (JsonRequest, self.json), (TextRequest, self.text),
+                             (ScoreRequest, self.score)):
             idx = [i for i, r in enumerate(requests) if isinstance(r, kind)]
             if idx:
                 for i, res in zip(idx, method([requests[i] for i in idx])):
@@ -202,6 +249,11 @@ class Backend(ABC):
 
     @abstractmethod
     def text_batch(self, requests: list[TextRequest]) -> list[TextResult]: ...
+
+    def score_batch(self, requests: list[ScoreRequest]) -> list[ScoreResult]:
+        raise BackendError(f"the {self.name} backend cannot score text (no prompt log-probabilities); "
+                           f"likelihood features (the hybrid judge's lm_* weights) need llamacpp, transformers "
+                           f"or vllm")
 
     def count_tokens(self, text: str) -> int:
         """Tokens of `text` for this model; backends with a tokenizer override this."""

@@ -23,6 +23,7 @@ import numpy as np
 from ..config import LLMConfig
 from .base import (Backend, BackendError, JsonRequest, JsonResult, LabelRequest, LabelResult, Prompt, label_distribution,
                    StructuredOutputError, TextRequest, TextResult, Usage, parse_json_output)
+from .base import ScoreRequest, ScoreResult, continuation_logprob, fit_score_tokens
 
 # llama.cpp's OpenMP threads spin while they wait by default. With any other load on the cores (a second
 # model, the embedder, other jobs) that spinning made generation 4-5x slower here (Qwen 0.5B, 2 threads at
@@ -86,6 +87,7 @@ class LlamaCppBackend(Backend):
         )
         self._grammars: dict[str, Any] = {}
         self.model_path = path
+        self._scorer = None  # a second instance keeping every position's logits, made on the first score request
 
     # ---- helpers ---------------------------------------------------------------------------------
     def prompt_tokens(self, prompt: Prompt) -> list[int]:
@@ -181,10 +183,36 @@ class LlamaCppBackend(Backend):
             results.append(TextResult(text.strip(), Usage(req.stage, usage.prompt_tokens, usage.completion_tokens)))
         return results
 
+    def score_batch(self, requests: list[ScoreRequest]) -> list[ScoreResult]:
+        """Prompt log-likelihoods. The generating instance keeps only the last position's logits, so a second
+        instance with `logits_all` (and a small context, `score_ctx`: its logits buffer is score_ctx x vocab)
+        evaluates each context + continuation from scratch."""
+        if self._scorer is None:
+            from llama_cpp import Llama
+
+            threads = self.cfg.n_threads or os.cpu_count() or 1
+            self._scorer = Llama(model_path=self.model_path, n_ctx=self.cfg.score_ctx, n_threads=threads,
+                                 n_threads_batch=threads, n_batch=self.cfg.n_batch, logits_all=True,
+                                 seed=self.cfg.seed, verbose=False)
+        sc = self._scorer
+        results = []
+        for req in requests:
+            ctx, cont = fit_score_tokens(self.tokenize(req.context, special=False),
+                                         self.tokenize(req.continuation, special=False), self.cfg.score_ctx)
+            toks = ctx + cont
+            sc.reset()
+            sc.eval(toks)
+            lp = continuation_logprob(sc.scores[: len(toks)], len(ctx), toks)
+            results.append(ScoreResult(lp, len(cont), Usage(req.stage, len(toks), 0)))
+        return results
+
     def close(self) -> None:
         llm, self.llm = getattr(self, "llm", None), None
         if llm is not None:
             llm.close()
+        scorer, self._scorer = getattr(self, "_scorer", None), None
+        if scorer is not None:
+            scorer.close()
 
 
 class LlamaCppPool(Backend):
@@ -225,6 +253,9 @@ class LlamaCppPool(Backend):
 
     def text_batch(self, requests: list[TextRequest]) -> list[TextResult]:
         return self._split("text_batch", requests)
+
+    def score_batch(self, requests: list[ScoreRequest]) -> list[ScoreResult]:
+        return self._split("score_batch", requests)
 
     def count_tokens(self, text: str) -> int:
         return self.workers[0].count_tokens(text)

@@ -26,6 +26,7 @@ import numpy as np
 from ..config import LLMConfig
 from .base import (Backend, BackendError, JsonRequest, JsonResult, LabelRequest, LabelResult, Prompt, label_distribution,
                    StructuredOutputError, TextRequest, TextResult, Usage, parse_json_output)
+from .base import ScoreRequest, ScoreResult, continuation_logprob, fit_score_tokens
 from .llamacpp import LlamaCppAdapter
 
 INSTALL = 'pip install "transformers>=4.45" "outlines>=1.2" (plus gguf and accelerate for GGUF files), or pip install -e ".[transformers]"'
@@ -176,6 +177,20 @@ class TransformersBackend(Backend):
         for max_tokens, idx in groups.items():
             for i, out in zip(idx, self._batch([texts[i] for i in idx], None, max_tokens)):
                 results[i] = TextResult(out.strip(), self._usage(requests[i].stage, texts[i], out))
+        return results
+
+    def score_batch(self, requests: list[ScoreRequest]) -> list[ScoreResult]:
+        """Prompt log-likelihoods, one forward pass per request (no padding to get wrong)."""
+        torch = self._torch
+        limit = getattr(self.model.config, "max_position_embeddings", 4096)
+        results = []
+        for req in requests:
+            ctx, cont = fit_score_tokens(self.tokenize(req.context), self.tokenize(req.continuation), limit)
+            toks = ctx + cont
+            with torch.no_grad():
+                logits = self.model(input_ids=torch.tensor([toks], device=self.cfg.device)).logits[0]
+            lp = continuation_logprob(logits.float().cpu().numpy(), len(ctx), toks)
+            results.append(ScoreResult(lp, len(cont), Usage(req.stage, len(toks), 0)))
         return results
 
     def close(self) -> None:

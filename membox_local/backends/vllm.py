@@ -33,6 +33,7 @@ import numpy as np
 from ..config import LLMConfig
 from .base import (Backend, BackendError, JsonRequest, JsonResult, LabelRequest, LabelResult, Prompt, label_distribution,
                    StructuredOutputError, TextRequest, TextResult, Usage, parse_json_output)
+from .base import ScoreRequest, ScoreResult, fit_score_tokens
 from .llamacpp import LlamaCppAdapter
 
 INSTALL = 'pip install "vllm>=0.12" on a machine with a CUDA GPU (or: pip install -e ".[vllm]")'
@@ -83,6 +84,22 @@ class VLLMAdapter:
 
     def text_kwargs(self, req: TextRequest) -> tuple[dict[str, Any], None]:
         return self.sampling_kwargs(req.max_tokens), None
+
+    def score_kwargs(self) -> dict[str, Any]:
+        """One sampled token (ignored) and the prompt's own log-probabilities. Temperature 1 so that the
+        engine's processed log-probabilities are the model's plain softmax."""
+        return {"temperature": 1.0, "max_tokens": 1, "prompt_logprobs": 1, "seed": self.cfg.seed}
+
+    @staticmethod
+    def prompt_continuation_logprob(prompt_logprobs: list, tokens: list[int], start: int) -> float:
+        """Sum of the prompt log-probabilities of tokens[start:] (position i holds a dict token -> Logprob)."""
+        total = 0.0
+        for i in range(start, len(tokens)):
+            step = prompt_logprobs[i] if i < len(prompt_logprobs) else None
+            if not step or tokens[i] not in step:
+                raise BackendError(f"vLLM returned no prompt log-probability for position {i} (token {tokens[i]})")
+            total += float(getattr(step[tokens[i]], "logprob", step[tokens[i]]))
+        return total
 
     @staticmethod
     def label_probs(step_logprobs: dict[int, Any], first_tokens: list[int], labels: tuple[str, ...]) -> dict[str, float]:
@@ -194,6 +211,22 @@ class VLLMBackend(Backend):
         for req, (text, usage, _) in zip(requests, self._generate([r.prompt for r in requests], params)):
             usage.stage = req.stage
             results.append(TextResult(text.strip(), usage))
+        return results
+
+    def score_batch(self, requests: list[ScoreRequest]) -> list[ScoreResult]:
+        pairs = [fit_score_tokens(self.tokenize(r.context), self.tokenize(r.continuation), self.cfg.max_model_len - 1)
+                 for r in requests]
+        if not pairs:
+            return []
+        params = self._SamplingParams(**self.adapter.score_kwargs())
+        outs = self.llm.generate([{"prompt_token_ids": c + t} for c, t in pairs], [params] * len(pairs),
+                                 use_tqdm=False)
+        if len(outs) != len(requests):
+            raise BackendError(f"vLLM returned {len(outs)} outputs for {len(requests)} score requests")
+        results = []
+        for req, (ctx, cont), out in zip(requests, pairs, outs):
+            lp = self.adapter.prompt_continuation_logprob(out.prompt_logprobs or [], ctx + cont, len(ctx))
+            results.append(ScoreResult(lp, len(cont), Usage(req.stage, len(ctx) + len(cont), 0)))
         return results
 
     def close(self) -> None:
