@@ -139,12 +139,34 @@ def precompute_scores(groups, backend: ScoreCache, window: int, label: str) -> N
                   flush=True)
 
 
+def joined(dialogues, k: int):
+    """Consecutive groups of `k` dialogues played as one (DialSeg711's own construction, here from TIAGE): a
+    join is a boundary, next to each dialogue's annotated shifts. Speakers are kept as they were."""
+    from membox_local.evaluation.segmentation import Dialogue
+    from membox_local.records import Message
+
+    out = []
+    for g in range(0, len(dialogues) - k + 1, k):
+        group = dialogues[g:g + k]
+        did = "+".join(d.id for d in group)
+        msgs, bounds = [], []
+        for d in group:
+            if msgs:
+                bounds.append(len(msgs))
+            bounds += [len(msgs) + b for b in d.boundaries]
+            msgs += [Message(did, str(len(msgs) + i), m.speaker, m.text, "1", "", len(msgs) + i)
+                     for i, m in enumerate(d.messages)]
+        out.append(Dialogue(did, msgs, bounds))
+    return out
+
+
 def objective(s: dict) -> float:
     """One number to pick a setting: Pk and WD can be gamed alone, so F1 counts as much as both."""
     return ((1 - s["pk"]) + (1 - s["wd"])) / 2 + s["f1"]
 
 
-def teacher_forced(dialogues, emb: LookupEmbedder, window: int, min_box: int, scorer: Backend | None = None):
+def teacher_forced(dialogues, emb: LookupEmbedder, window: int, min_box: int, scorer: Backend | None = None,
+                   knot: float = 1.0):
     """(features, continues) for every turn judged with the reference segment so far as the open box.
     Likelihood features (lm_*) come from `scorer`; without one they are 0."""
     X, y = [], []
@@ -155,7 +177,7 @@ def teacher_forced(dialogues, emb: LookupEmbedder, window: int, min_box: int, sc
         for i in range(1, len(d.messages)):
             if i - seg_start >= min_box:
                 f = hybrid_features(vecs[seg_start:i], vecs[i], d.messages[seg_start:i], d.messages[i], window)
-                f.update(answer(likelihood_features(d.messages[seg_start:i], d.messages[i], window), scorer)
+                f.update(answer(likelihood_features(d.messages[seg_start:i], d.messages[i], window, knot), scorer)
                          if scorer is not None else dict.fromkeys(LM_FEATURES, 0.0))
                 X.append([f[k] for k in FEATURES])
                 y.append(i not in starts)
@@ -294,6 +316,25 @@ def choose(report: dict, md_name: str = "fit.md") -> dict:
     return chosen
 
 
+def choose_knot(fit_on, val, emb, window, scorer, report) -> float:
+    """lm_knot for lm_pmi_low: the all+lm logistic fitted on teacher-forced `fit_on` states with each knot;
+    the best ROC AUC on teacher-forced `val` states wins (TIAGE only)."""
+    from sklearn.metrics import roc_auc_score
+
+    aucs = {}
+    for knot in (0.5, 0.75, 1.0, 1.25, 1.5):
+        X, y = teacher_forced(fit_on, emb, window, 2, scorer, knot)
+        Xv, yv = teacher_forced(val, emb, window, 2, scorer, knot)
+        names = LM_FEATURE_SETS["all+lm"]
+        w, b = fit_logistic(X, y, names)
+        z = Xv[:, [FEATURES.index(n) for n in names]] @ np.array([w[n] for n in names]) + b
+        aucs[knot] = round(float(roc_auc_score(yv, z)), 4)
+    best = max(aucs, key=aucs.get)
+    report["knot"] = {"auc_by_knot": {str(k): v for k, v in aucs.items()}, "chosen": best}
+    print(f"lm_knot: validation AUC by knot {aucs}; chosen {best}", file=sys.stderr, flush=True)
+    return best
+
+
 def cmd_fit_lm(args) -> int:
     """The hybrid with the LLM's likelihood features (lm_pmi, lm_cond), by the protocol of `fit`: logistic
     weights on teacher-forced TIAGE-train states, bias offset swept online on train, choice on TIAGE dev
@@ -312,13 +353,18 @@ def cmd_fit_lm(args) -> int:
     locomo = {c: v[: args.locomo_limit] for c, v in locomo.items()}
     cfg = load_config(args.config)
     window = cfg.loom.window
+    join = args.join
+    fit_on = joined(train, join) if join else train
+    dev_joined = joined(dev, join) if join else []
     texts = [m.text for ds in (train, dev, test) for d in ds for m in d.messages] + \
         [m.text for v in locomo.values() for m in v]
     emb = LookupEmbedder(cfg, texts, RUNS / "vectors.npz")
     scorer = ScoreCache(cfg)
     sessions = [[m for m in v if m.session == s] for v in locomo.values() for s in dict.fromkeys(m.session for m in v)]
     for label, groups in (("TIAGE train", [d.messages for d in train]), ("TIAGE dev", [d.messages for d in dev]),
-                          ("LoCoMo", sessions), ("DialSeg711", [d.messages for d in test])):
+                          ("LoCoMo", sessions), ("DialSeg711", [d.messages for d in test]),
+                          ("TIAGE train joined", [d.messages for d in fit_on] if join else []),
+                          ("TIAGE dev joined", [d.messages for d in dev_joined])):
         precompute_scores(groups, scorer, window, label)
     if args.score_only:
         return 0
@@ -326,13 +372,19 @@ def cmd_fit_lm(args) -> int:
                     "date": time.strftime("%Y-%m-%d"), "command": "python benchmarks/segmentation.py " +
                     " ".join(sys.argv[1:]), "subsets": {"tiage_train": len(train), "tiage_dev": len(dev),
                                                         "dialseg711": len(test), "locomo_messages": args.locomo_limit},
-                    "candidates": []}
+                    "join": join, "candidates": []}
 
     def record(name, c):
         entry = {"name": name, "loom": {k: getattr(c.loom, k) for k in
-                                        ("judge", "threshold", "min_box_messages", "max_box_messages", "weights", "bias")},
-                 "train": run(c, train, emb, scorer), "dev": run(c, dev, emb, scorer),
+                                        ("judge", "threshold", "min_box_messages", "max_box_messages", "weights", "bias",
+                                         "lm_knot")},
+                 "train": run(c, fit_on, emb, scorer), "dev": run(c, dev, emb, scorer),
                  "dialseg711": run(c, test, emb, scorer), "locomo": locomo_sizes(c, locomo, emb, scorer)}
+        if join:
+            entry["dev_joined"] = run(c, dev_joined, emb, scorer)
+            entry["dev_only"] = dict(entry["dev"])
+            # the choice (by "dev") sees both kinds of topic change: annotated shifts and joins
+            entry["dev"] = {m: round((entry["dev_only"][m] + entry["dev_joined"][m]) / 2, 4) for m in ("pk", "wd", "f1")}
         report["candidates"].append(entry)
         print(f"{name:40s} train F1 {entry['train']['f1']:.3f} | " + " | ".join(
             f"{ds} {entry[ds]['pk']:.3f}/{entry[ds]['wd']:.3f}/{entry[ds]['f1']:.3f}" for ds in ("dev", "dialseg711"))
@@ -340,27 +392,100 @@ def cmd_fit_lm(args) -> int:
 
     record(f"{cfg.name} default ({cfg.loom.judge}), same subsets", cfg)
     record("embedding, same subsets", with_loom(cfg, judge="embedding", weights={}))
-    X, y = teacher_forced(train, emb, window, 2, scorer)
-    for fs, names in LM_FEATURE_SETS.items():
+    knot = choose_knot(fit_on, dev_joined or dev, emb, window, scorer, report)
+    cfg = with_loom(cfg, lm_knot=knot)
+    X, y = teacher_forced(fit_on, emb, window, 2, scorer, knot)
+    sets = {**({k: FEATURE_SETS[k] for k in ("cos", "all")} if join else {}), **LM_FEATURE_SETS}
+    for fs, names in sets.items():
         weights, bias = fit_logistic(X, y, names)
         offsets = np.round(np.arange(-2.0, 2.01, 0.25), 2)
         best = max(offsets, key=lambda o: objective(run(with_loom(
-            cfg, judge="hybrid", weights=weights, bias=bias + float(o)), train, emb, scorer)))
-        record(f"hybrid {fs} min_box=2", with_loom(cfg, judge="hybrid", weights=weights,
-                                                   bias=round(bias + float(best), 4), min_box_messages=2))
-    lm = {"candidates": [c for c in report["candidates"] if any(k in LM_FEATURES for k in c["loom"]["weights"])]}
-    chosen = choose(lm, "fit-lm-chosen.md")["hybrid"]
+            cfg, judge="hybrid", weights=weights, bias=bias + float(o)), fit_on, emb, scorer)))
+        record(f"hybrid {fs} min_box=2" + (f", fitted with joins of {join}" if join else ""),
+               with_loom(cfg, judge="hybrid", weights=weights, bias=round(bias + float(best), 4), min_box_messages=2))
+    fitted = {"candidates": report["candidates"][2:]}
+    chosen = choose(fitted, f"fit-lm{'-join' if join else ''}-chosen.md")["hybrid"]
     for c in report["candidates"]:
         c["chosen"] = c is chosen
-    lines = ["| candidate | TIAGE dev Pk / WD / F1 | DialSeg711 Pk / WD / F1 | LoCoMo msg/box | chosen |",
-             "|---|---|---|---|---|"]
+    sets_shown = ("dev_only", "dev_joined", "dialseg711") if join else ("dev", "dialseg711")
+    heads = {"dev": "TIAGE dev", "dev_only": "TIAGE dev", "dev_joined": "TIAGE dev joined", "dialseg711": "DialSeg711"}
+    lines = ["| candidate | " + " | ".join(f"{heads[ds]} Pk / WD / F1" for ds in sets_shown) + " | LoCoMo msg/box | chosen |",
+             "|---|" + "---|" * len(sets_shown) + "---|---|"]
     for c in report["candidates"]:
-        cells = [" / ".join(f"{c[ds][m]:.3f}" for m in ("pk", "wd", "f1")) for ds in ("dev", "dialseg711")]
-        lines.append(f"| {c['name']} | {cells[0]} | {cells[1]} | {c['locomo']['mean']} | {'yes' if c['chosen'] else ''} |")
-    (RUNS / "fit-lm.md").write_text("\n".join(lines) + "\n")
-    (RUNS / "fit-lm.json").write_text(json.dumps(report, indent=2) + "\n")
+        cells = [" / ".join(f"{c.get(ds, c['dev'])[m]:.3f}" for m in ("pk", "wd", "f1")) for ds in sets_shown]
+        lines.append(f"| {c['name']} | " + " | ".join(cells) + f" | {c['locomo']['mean']} | {'yes' if c['chosen'] else ''} |")
+    name = "fit-lm-join" if join else "fit-lm"
+    (RUNS / f"{name}.md").write_text("\n".join(lines) + "\n")
+    (RUNS / f"{name}.json").write_text(json.dumps(report, indent=2) + "\n")
     print("\n".join(lines), file=sys.stderr)
     print(json.dumps({k: chosen[k] for k in ("name", "loom", "dev", "dialseg711", "locomo")}, indent=2))
+    return 0
+
+
+def cmd_speed(args) -> int:
+    """Seconds per message of each judge, side by side in one process on the same dialogues, with the real
+    models loaded once and warmed up beforehand (no caches: every embedding and score is computed)."""
+    from membox_local.backends import make_backend
+    from membox_local.embed import make_embedder
+
+    dls = load_dialogues(Path(args.data_dir) / "segmentation" / "tiage_dev.json", args.limit)
+    base = load_config(args.config)
+    embedder = make_embedder(base.embedder)
+    embedder.encode(["warm up"])
+    backend = make_backend(base.llm)
+    settings = [("embedding", load_config(args.config, {"loom.judge": "embedding"})),
+                (f"hybrid ({args.config})", base)]
+    settings += [(f"{load_config(path).loom.judge} ({path})", load_config(path)) for path in args.also or []]
+    settings += [(j, load_config(args.config, {"loom.judge": j})) for j in args.llm_judges]
+    out = {"date": time.strftime("%Y-%m-%d"), "command": "python benchmarks/segmentation.py " + " ".join(sys.argv[1:]),
+           "dialogues": len(dls), "rows": []}
+    backend.score([ScoreRequest("warm", " up", "judge")])  # loads the scoring instance before any timing
+    for name, cfg in settings:
+        _, summary = evaluate(cfg, dls, embedder=embedder, backend=backend)
+        row = {"judge": name, "s_per_message": summary["s_per_message"], "messages": summary["messages"],
+               "pk": summary["pk"], "wd": summary["wd"], "f1": summary["f1"]}
+        out["rows"].append(row)
+        print(json.dumps(row), file=sys.stderr, flush=True)
+    fastest = min(r["s_per_message"] for r in out["rows"])
+    for r in out["rows"]:
+        r["x_fastest"] = round(r["s_per_message"] / fastest, 1)
+    RUNS.mkdir(parents=True, exist_ok=True)
+    (RUNS / "speed.json").write_text(json.dumps(out, indent=2) + "\n")
+    print(json.dumps(out, indent=2))
+    return 0
+
+
+def cmd_auc(args) -> int:
+    """How well each single feature ranks continuing turns above boundary turns (ROC AUC, teacher-forced
+    states: the open box is the reference segment so far; 0.5 = no signal), on TIAGE dev and DialSeg711.
+    Uses the scores cached by fit-lm (computes any missing). Results: runs/segmentation/auc.json."""
+    from sklearn.metrics import roc_auc_score
+
+    seg = Path(args.data_dir) / "segmentation"
+    cfg = load_config(args.config)
+    sets = {"tiage_dev": load_dialogues(seg / "tiage_dev.json"),
+            "dialseg711": load_dialogues(seg / "dialseg711_test.json", args.dialseg_limit)}
+    emb = LookupEmbedder(cfg, [m.text for ds in sets.values() for d in ds for m in d.messages], RUNS / "vectors.npz")
+    scorer = ScoreCache(cfg)
+    out = {"date": time.strftime("%Y-%m-%d"), "command": "python benchmarks/segmentation.py " + " ".join(sys.argv[1:]),
+           "dialogues": {k: len(v) for k, v in sets.items()}, "auc": {}}
+    for name, dls in sets.items():
+        X, y = teacher_forced(dls, emb, cfg.loom.window, 2, scorer, cfg.loom.lm_knot)
+        out["auc"][name] = {f: round(float(roc_auc_score(y, X[:, i])), 3) for i, f in enumerate(FEATURES)
+                            if f != "speaker_change"}
+        pmi = X[:, FEATURES.index("lm_pmi")]
+        out.setdefault("median_lm_pmi", {})[name] = {"continuing": round(float(np.median(pmi[y == 1])), 2),
+                                                     "boundary": round(float(np.median(pmi[y == 0])), 2)}
+    lines = ["| feature | " + " | ".join(f"{k} ({n} dialogues)" for k, n in out["dialogues"].items()) + " |",
+             "|---|" + "---|" * len(sets)]
+    for f in out["auc"]["tiage_dev"]:
+        lines.append(f"| {f} | " + " | ".join(f"{out['auc'][k][f]:.3f}" for k in sets) + " |")
+    RUNS.mkdir(parents=True, exist_ok=True)
+    lines.append("")
+    lines += [f"median lm_pmi, {k}: continuing {v['continuing']}, boundary {v['boundary']}"
+              for k, v in out["median_lm_pmi"].items()]
+    (RUNS / "auc.json").write_text(json.dumps(out, indent=2) + "\n")
+    print("\n".join(lines))
     return 0
 
 
@@ -499,7 +624,21 @@ def main() -> int:
     fl.add_argument("--dialseg-limit", type=int, help="only the first N DialSeg711 dialogues")
     fl.add_argument("--locomo-limit", type=int, default=60, help="first N messages of each LoCoMo conversation")
     fl.add_argument("--score-only", action="store_true", help="only compute and cache the scores")
+    fl.add_argument("--join", type=int, default=0, metavar="K",
+                    help="also fit on TIAGE-train dialogues joined K at a time, and choose on TIAGE dev as it is and "
+                         "joined K at a time (DialSeg711's construction, from TIAGE only)")
     fl.set_defaults(func=cmd_fit_lm)
+    sp = sub.add_parser("speed", help="seconds per message of each judge, side by side (real models, no caches)")
+    sp.add_argument("--config", default="cpu")
+    sp.add_argument("--limit", type=int, default=5, help="first N TIAGE-dev dialogues")
+    sp.add_argument("--also", action="append", metavar="TOML",
+                    help="also time the judge of this config file (repeatable)")
+    sp.add_argument("--llm-judges", nargs="*", default=["llm-logprob"], help="LLM label judges to time")
+    sp.set_defaults(func=cmd_speed)
+    au = sub.add_parser("auc", help="ROC AUC of each single feature, teacher-forced (TIAGE dev, DialSeg711)")
+    au.add_argument("--config", default="cpu")
+    au.add_argument("--dialseg-limit", type=int, default=50, help="first N DialSeg711 dialogues")
+    au.set_defaults(func=cmd_auc)
     sub.add_parser("choose", help="re-apply the selection rule to runs/segmentation/fit.json").set_defaults(
         func=cmd_choose)
     fp = sub.add_parser("fit-prob", help="fit llm-logprob's prob_threshold from a run with prob_threshold=0")

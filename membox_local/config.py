@@ -69,6 +69,9 @@ class LoomConfig:
     # hybrid judge: logistic weights over named features, fitted by `membox eval segmentation --fit`
     weights: dict[str, float] = field(default_factory=dict)
     bias: float = 0.0
+    # hybrid judge, likelihood features: lm_pmi_low = min(lm_pmi, lm_knot), the part of the model's PMI that
+    # marks a hard switch (the box's lines do not help predict the new one)
+    lm_knot: float = 1.0
 
 
 @dataclass

@@ -1,9 +1,9 @@
 """Continuity judges: does a new message continue the open box?
 
-A judge's `decide` is a generator step: it may yield requests (embeddings, a label call) and returns a
-`Decision`. New judges subclass `Judge` and register in JUDGES. Every judge sees only the open box and the
-new message (online, no look-ahead); thresholds and weights come from LoomConfig and are fitted on TIAGE
-train/dev by `benchmarks/segmentation.py fit` (see BENCHMARKS.md, "Topic segmentation").
+A judge's `decide` is a generator step: it may yield requests (embeddings, a label call, score requests) and
+returns a `Decision`. New judges subclass `Judge` and register in JUDGES. Every judge sees only the open box and
+the new message (online, no look-ahead); thresholds and weights come from LoomConfig and are fitted on TIAGE
+train/dev by `benchmarks/segmentation.py fit` and `fit-lm` (see BENCHMARKS.md, "Topic segmentation").
 """
 from __future__ import annotations
 
@@ -103,18 +103,21 @@ def hybrid_features(box_vecs: np.ndarray, new_vec: np.ndarray, box: Sequence[Mes
     }
 
 
-def likelihood_features(box: Sequence[Message], new: Message, window: int) -> Step:
+def likelihood_features(box: Sequence[Message], new: Message, window: int, knot: float = 1.0) -> Step:
     """The language model's view, per token of the new message: `lm_pmi`, how much more likely it is after
-    the box's last `window` messages than after a bare header (pointwise mutual information), and `lm_cond`,
-    its log-likelihood after them. A message that continues the topic is predicted by what came before."""
+    the box's last `window` messages than after a bare header (pointwise mutual information), `lm_cond`, its
+    log-likelihood after them, and `lm_pmi_low` = min(lm_pmi, knot), so that a linear model can treat "the box
+    does not help at all" (a hard switch) apart from the soft range. A message that continues the topic is
+    predicted by what came before."""
     line = dialogue_line(new)
     after_box = yield ScoreRequest(dialogue_context(list(box)[-window:]), line, stage="judge")
     alone = yield ScoreRequest(DIALOGUE_HEADER, line, stage="judge")
     n = max(1, after_box.tokens)
-    return {"lm_pmi": (after_box.logprob - alone.logprob) / n, "lm_cond": after_box.logprob / n}
+    pmi = (after_box.logprob - alone.logprob) / n
+    return {"lm_pmi": pmi, "lm_cond": after_box.logprob / n, "lm_pmi_low": min(pmi, knot)}
 
 
-LM_FEATURES = ("lm_pmi", "lm_cond")
+LM_FEATURES = ("lm_pmi", "lm_cond", "lm_pmi_low")
 FEATURES = ("cos_last", "cos_prev", "cos_window", "cos_box", "cohesion", "rel_last", "rel_window", "max_box",
             "speaker_change", "new_question", "last_question", "len_new", "len_last", "box_age") + LM_FEATURES
 
@@ -144,7 +147,7 @@ class HybridJudge(Judge):
         vecs = np.asarray(vecs, dtype=np.float32)
         feats = hybrid_features(vecs[:-1], vecs[-1], box, new, self.cfg.window)
         if self.uses_llm:
-            feats.update((yield from likelihood_features(box, new, self.cfg.window)))
+            feats.update((yield from likelihood_features(box, new, self.cfg.window, self.cfg.lm_knot)))
         return feats
 
     def probability(self, feats: dict[str, float]) -> float:

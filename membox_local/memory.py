@@ -103,6 +103,9 @@ class Memory:
             self.store.set_meta("build_settings", json.dumps(now, sort_keys=True))
             return
         before = json.loads(stored)
+        # a setting added after the store was built counts as unchanged while it keeps its default
+        defaults = _setting_defaults()
+        before.update({k: defaults[k] for k in now if k not in before and k in defaults})
         diff = sorted(k for k in set(before) | set(now) if before.get(k) != now.get(k))
         if diff:
             shown = "; ".join(f"{k}: {before.get(k)!r} then, {now.get(k)!r} now" for k in diff[:6])
@@ -242,3 +245,14 @@ class Memory:
 
 def dump_json(obj) -> str:
     return json.dumps(obj, indent=2, ensure_ascii=False)
+
+
+def _setting_defaults() -> dict:
+    """Default value of every build setting (dataclass defaults), as `build_settings` stores them."""
+    from .config import ExtractConfig, LoomConfig, WeaverConfig
+
+    out = {}
+    for section, cls in (("loom", LoomConfig), ("extract", ExtractConfig), ("weaver", WeaverConfig)):
+        for key, value in asdict(cls()).items():
+            out[f"{section}.{key}"] = value
+    return json.loads(json.dumps(out))

@@ -199,6 +199,27 @@ def test_a_memory_is_not_continued_with_other_build_settings(tmp_path, cfg):
         assert not mem.store.pending_messages(msgs[0].conversation_id)
 
 
+def test_a_setting_added_later_keeps_older_memories_open_while_at_its_default(tmp_path, cfg):
+    """A store built before a build setting existed (here: loom.lm_knot) continues under today's default
+    of that setting, and refuses any other value."""
+    import copy
+    import json
+
+    msgs = load_jsonl(DEMO)
+    with Memory(tmp_path / "m", cfg, backend=FakeBackend(), embedder=FakeEmbedder()) as mem:
+        mem.add(msgs[:10])
+        old = json.loads(mem.store.get_meta("build_settings"))
+        del old["loom.lm_knot"]  # as written before the setting existed
+        mem.store.set_meta("build_settings", json.dumps(old, sort_keys=True))
+    with Memory(tmp_path / "m", cfg, backend=FakeBackend(), embedder=FakeEmbedder()) as mem:
+        mem.add(msgs[10:20])
+    changed = copy.deepcopy(cfg)
+    changed.loom.lm_knot = 0.5
+    with Memory(tmp_path / "m", changed, backend=FakeBackend(), embedder=FakeEmbedder()) as mem:
+        with pytest.raises(StoreError, match=r"loom.lm_knot: 1.0 then, 0.5 now"):
+            mem.add(msgs[20:])
+
+
 def test_batched_build_equals_one_at_a_time(tmp_path, cfg):
     msgs = load_jsonl(DEMO)
     convs = {}

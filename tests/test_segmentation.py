@@ -231,6 +231,7 @@ def test_hybrid_likelihood_features_score_the_new_line_after_the_box_and_alone()
         step.send(lp[1])
     feats = stop.value.value
     assert feats["lm_pmi"] == pytest.approx((-16 + 25) / 7) and feats["lm_cond"] == pytest.approx(-16 / 7)
+    assert feats["lm_pmi_low"] == 1.0  # min(lm_pmi, lm_knot = 1.0)
 
 
 def test_hybrid_with_likelihood_weights_needs_a_backend_that_scores():
