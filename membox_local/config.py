@@ -66,7 +66,8 @@ class LoomConfig:
     min_box_messages: int = 2  # minimal-context rule: a new box takes one adjacent reply unjudged
     max_box_messages: int = 24  # a box this long seals regardless of the judge
     seal_on_session_change: bool = True
-    # hybrid judge: logistic weights over named features, fitted by `membox eval segmentation --fit`
+    # hybrid judge: logistic weights over named features (membox_local.judges.FEATURES), fitted by
+    # `python benchmarks/segmentation.py fit` or `fit-lm`
     weights: dict[str, float] = field(default_factory=dict)
     bias: float = 0.0
     # hybrid judge, likelihood features: lm_pmi_low = min(lm_pmi, lm_knot), the part of the model's PMI that

@@ -2,8 +2,8 @@
 from __future__ import annotations
 
 from ..config import LLMConfig
-from .base import (Backend, BackendError, JsonRequest, JsonResult, LabelRequest, LabelResult, Prompt,
-                   StructuredOutputError, TextRequest, TextResult, Usage)
+from .base import (Backend, BackendError, JsonRequest, JsonResult, LabelRequest, LabelResult, Prompt, ScoreRequest,
+                   ScoreResult, StructuredOutputError, TextRequest, TextResult, Usage)
 
 BACKENDS = ("llamacpp", "openai", "vllm", "transformers")
 
@@ -29,4 +29,4 @@ def make_backend(cfg: LLMConfig) -> Backend:
 
 
 __all__ = ["Backend", "BackendError", "JsonRequest", "JsonResult", "LabelRequest", "LabelResult", "Prompt",
-           "StructuredOutputError", "TextRequest", "TextResult", "Usage", "make_backend", "BACKENDS"]
+           "ScoreRequest", "ScoreResult", "StructuredOutputError", "TextRequest", "TextResult", "Usage", "make_backend", "BACKENDS"]

@@ -22,8 +22,8 @@ import numpy as np
 
 from ..config import LLMConfig
 from .base import (Backend, BackendError, JsonRequest, JsonResult, LabelRequest, LabelResult, Prompt, label_distribution,
-                   StructuredOutputError, TextRequest, TextResult, Usage, parse_json_output)
-from .base import ScoreRequest, ScoreResult, continuation_logprob, fit_score_tokens
+                   ScoreRequest, ScoreResult, StructuredOutputError, TextRequest, TextResult, Usage,
+                   continuation_logprob, fit_score_tokens, parse_json_output)
 
 # llama.cpp's OpenMP threads spin while they wait by default. With any other load on the cores (a second
 # model, the embedder, other jobs) that spinning made generation 4-5x slower here (Qwen 0.5B, 2 threads at

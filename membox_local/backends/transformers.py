@@ -25,8 +25,8 @@ import numpy as np
 
 from ..config import LLMConfig
 from .base import (Backend, BackendError, JsonRequest, JsonResult, LabelRequest, LabelResult, Prompt, label_distribution,
-                   StructuredOutputError, TextRequest, TextResult, Usage, parse_json_output)
-from .base import ScoreRequest, ScoreResult, continuation_logprob, fit_score_tokens
+                   ScoreRequest, ScoreResult, StructuredOutputError, TextRequest, TextResult, Usage,
+                   continuation_logprob, fit_score_tokens, parse_json_output)
 from .llamacpp import LlamaCppAdapter
 
 INSTALL = 'pip install "transformers>=4.45" "outlines>=1.2" (plus gguf and accelerate for GGUF files), or pip install -e ".[transformers]"'

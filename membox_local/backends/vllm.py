@@ -32,8 +32,8 @@ import numpy as np
 
 from ..config import LLMConfig
 from .base import (Backend, BackendError, JsonRequest, JsonResult, LabelRequest, LabelResult, Prompt, label_distribution,
-                   StructuredOutputError, TextRequest, TextResult, Usage, parse_json_output)
-from .base import ScoreRequest, ScoreResult, fit_score_tokens
+                   ScoreRequest, ScoreResult, StructuredOutputError, TextRequest, TextResult, Usage,
+                   fit_score_tokens, parse_json_output)
 from .llamacpp import LlamaCppAdapter
 
 INSTALL = 'pip install "vllm>=0.12" on a machine with a CUDA GPU (or: pip install -e ".[vllm]")'
