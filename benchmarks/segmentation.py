@@ -4,9 +4,13 @@
                                                # choose on TIAGE dev, report dev, DialSeg711 and LoCoMo box sizes
     python benchmarks/segmentation.py locomo --config cpu [--judge NAME] [--set loom.key=value ...]
     python benchmarks/segmentation.py ceiling  # upper bound: the hybrid fitted on DialSeg711 itself
-    python benchmarks/segmentation.py fit-lm --train-limit 100 --dialseg-limit 100 --locomo-limit 60
-                                               # the hybrid with the LLM's likelihood features (lm_*): scores
-                                               # cached in runs/segmentation/lm-scores.jsonl (resumable)
+    python benchmarks/segmentation.py fit-lm --train-limit 100 --dialseg-limit 50 --locomo-limit 60 [--join 2]
+                                               # the hybrid with the LLM's likelihood features (lm_*), and with
+                                               # --join also fitted/chosen on TIAGE dialogues joined in pairs:
+                                               # the default since 2026-12-01. LLM scores are cached in
+                                               # runs/segmentation/lm-scores.jsonl (resumable; ~1.5 h here)
+    python benchmarks/segmentation.py auc      # teacher-forced ROC AUC of each feature
+    python benchmarks/segmentation.py speed --also CONFIG.toml ...   # seconds per message, side by side
 
 Every decision goes through `membox_local.evaluation.segmentation.run_segmenter`, i.e. `loom.decide`, online.
 Embeddings are computed once per text with the config's embedder and kept in runs/segmentation/vectors.npz.
@@ -141,7 +145,8 @@ def precompute_scores(groups, backend: ScoreCache, window: int, label: str) -> N
 
 def joined(dialogues, k: int):
     """Consecutive groups of `k` dialogues played as one (DialSeg711's own construction, here from TIAGE): a
-    join is a boundary, next to each dialogue's annotated shifts. Speakers are kept as they were."""
+    join is a boundary, next to each dialogue's annotated shifts. Speakers are kept as they were; a last group
+    of fewer than `k` dialogues is left out."""
     from membox_local.evaluation.segmentation import Dialogue
     from membox_local.records import Message
 
@@ -223,10 +228,9 @@ FEATURE_SETS = {
     "cos+rel": ["cos_last", "cos_prev", "cos_window", "cos_box", "cohesion", "rel_last", "rel_window", "max_box"],
     "cos+rel+context": ["cos_last", "cos_prev", "cos_window", "cos_box", "cohesion", "rel_last", "rel_window",
                         "max_box", "last_question", "box_age"],
-    "all": [f for f in FEATURES if f != "speaker_change"],  # speakers alternate in TIAGE: constant there
+    "all": [f for f in FEATURES if f != "speaker_change" and f not in LM_FEATURES],  # speakers alternate in TIAGE
     "all-noage": [f for f in FEATURES if f not in ("speaker_change", "box_age") + LM_FEATURES],
 }
-FEATURE_SETS["all"] = [f for f in FEATURE_SETS["all"] if f not in LM_FEATURES]
 LM_FEATURE_SETS = {
     "lm": list(LM_FEATURES),
     "cos+lm": FEATURE_SETS["cos"] + list(LM_FEATURES),
@@ -336,10 +340,12 @@ def choose_knot(fit_on, val, emb, window, scorer, report) -> float:
 
 
 def cmd_fit_lm(args) -> int:
-    """The hybrid with the LLM's likelihood features (lm_pmi, lm_cond), by the protocol of `fit`: logistic
-    weights on teacher-forced TIAGE-train states, bias offset swept online on train, choice on TIAGE dev
-    (min_box 2, LoCoMo 4-8 messages per box). The config's current judge and the embedding judge are measured on
-    the same subsets for comparison. Scores: runs/segmentation/lm-scores.jsonl; results: fit-lm.json, fit-lm.md."""
+    """The hybrid with the LLM's likelihood features (lm_pmi, lm_cond, lm_pmi_low), by the protocol of `fit`:
+    logistic weights on teacher-forced TIAGE-train states, bias offset swept online on train, choice on TIAGE dev
+    (min_box 2, LoCoMo 4-8 messages per box). With --join K, the MiniLM-only sets `cos` and `all` are candidates
+    too, every fit uses the train dialogues joined K at a time, and the choice the mean objective on TIAGE dev as it
+    is and joined K at a time. The config's current judge and the embedding judge are measured on the same subsets
+    for comparison. Scores: runs/segmentation/lm-scores.jsonl; results: fit-lm[-join].json and .md."""
     from membox_local.ingest import load_locomo
 
     data = Path(args.data_dir)
