@@ -365,13 +365,14 @@ def cmd_fit_lm(args) -> int:
     texts = [m.text for ds in (train, dev, test) for d in ds for m in d.messages] + \
         [m.text for v in locomo.values() for m in v]
     emb = LookupEmbedder(cfg, texts, RUNS / "vectors.npz")
-    scorer = ScoreCache(cfg)
+    scorer = None if args.no_lm else ScoreCache(cfg)
     sessions = [[m for m in v if m.session == s] for v in locomo.values() for s in dict.fromkeys(m.session for m in v)]
     for label, groups in (("TIAGE train", [d.messages for d in train]), ("TIAGE dev", [d.messages for d in dev]),
                           ("LoCoMo", sessions), ("DialSeg711", [d.messages for d in test]),
                           ("TIAGE train joined", [d.messages for d in fit_on] if join else []),
                           ("TIAGE dev joined", [d.messages for d in dev_joined])):
-        precompute_scores(groups, scorer, window, label)
+        if scorer is not None:
+            precompute_scores(groups, scorer, window, label)
     if args.score_only:
         return 0
     report: dict = {"config": cfg.name, "embedder": cfg.embedder.model, "llm": cfg.llm.model,
@@ -398,10 +399,11 @@ def cmd_fit_lm(args) -> int:
 
     record(f"{cfg.name} default ({cfg.loom.judge}), same subsets", cfg)
     record("embedding, same subsets", with_loom(cfg, judge="embedding", weights={}))
-    knot = choose_knot(fit_on, dev_joined or dev, emb, window, scorer, report)
+    knot = cfg.loom.lm_knot if args.no_lm else choose_knot(fit_on, dev_joined or dev, emb, window, scorer, report)
     cfg = with_loom(cfg, lm_knot=knot)
     X, y = teacher_forced(fit_on, emb, window, 2, scorer, knot)
-    sets = {**({k: FEATURE_SETS[k] for k in ("cos", "all")} if join else {}), **LM_FEATURE_SETS}
+    sets = {**({k: FEATURE_SETS[k] for k in ("cos", "all")} if join or args.no_lm else {}),
+            **({} if args.no_lm else LM_FEATURE_SETS)}
     for fs, names in sets.items():
         weights, bias = fit_logistic(X, y, names)
         offsets = np.round(np.arange(-2.0, 2.01, 0.25), 2)
@@ -410,7 +412,7 @@ def cmd_fit_lm(args) -> int:
         record(f"hybrid {fs} min_box=2" + (f", fitted with joins of {join}" if join else ""),
                with_loom(cfg, judge="hybrid", weights=weights, bias=round(bias + float(best), 4), min_box_messages=2))
     fitted = {"candidates": report["candidates"][2:]}
-    chosen = choose(fitted, f"fit-lm{'-join' if join else ''}-chosen.md")["hybrid"]
+    chosen = choose(fitted, f"{'fit-minilm' if args.no_lm else 'fit-lm'}{'-join' if join else ''}-chosen.md")["hybrid"]
     for c in report["candidates"]:
         c["chosen"] = c is chosen
     sets_shown = ("dev_only", "dev_joined", "dialseg711") if join else ("dev", "dialseg711")
@@ -420,7 +422,7 @@ def cmd_fit_lm(args) -> int:
     for c in report["candidates"]:
         cells = [" / ".join(f"{c.get(ds, c['dev'])[m]:.3f}" for m in ("pk", "wd", "f1")) for ds in sets_shown]
         lines.append(f"| {c['name']} | " + " | ".join(cells) + f" | {c['locomo']['mean']} | {'yes' if c['chosen'] else ''} |")
-    name = "fit-lm-join" if join else "fit-lm"
+    name = ("fit-minilm" if args.no_lm else "fit-lm") + ("-join" if join else "")
     (RUNS / f"{name}.md").write_text("\n".join(lines) + "\n")
     (RUNS / f"{name}.json").write_text(json.dumps(report, indent=2) + "\n")
     print("\n".join(lines), file=sys.stderr)
@@ -630,6 +632,7 @@ def main() -> int:
     fl.add_argument("--dialseg-limit", type=int, help="only the first N DialSeg711 dialogues")
     fl.add_argument("--locomo-limit", type=int, default=60, help="first N messages of each LoCoMo conversation")
     fl.add_argument("--score-only", action="store_true", help="only compute and cache the scores")
+    fl.add_argument("--no-lm", action="store_true", help="MiniLM features only (no LLM scores): sets cos and all")
     fl.add_argument("--join", type=int, default=0, metavar="K",
                     help="also fit on TIAGE-train dialogues joined K at a time, and choose on TIAGE dev as it is and "
                          "joined K at a time (DialSeg711's construction, from TIAGE only)")
