@@ -196,7 +196,7 @@ def cmd_demo(args) -> int:
     from .memory import Memory
 
     store = Path(args.store)
-    build = argparse.Namespace(store=str(store), keep_open=False, batch_size=8)
+    build = argparse.Namespace(store=str(store), keep_open=False, batch_size=8, jobs=1)
     ask = argparse.Namespace(question=DEMO_QUESTIONS, conversation=None, mode=None, k=None, budget=None,
                              json=False, verbose=False)
     messages = load_messages(DEMO_DATA)

@@ -81,3 +81,13 @@ def test_json_fields_come_in_schema_order(built):
               "properties": {"zeta": {"type": "string", "maxLength": 20}, "alpha": {"type": "string", "maxLength": 20}}}
     res = built.backend.json([JsonRequest(Prompt("Reply in JSON.", "Two words, please."), schema, "test", 60)])[0]
     assert res.raw.lstrip().startswith('{"zeta"') or res.raw.lstrip().startswith('{ "zeta"')
+
+
+def test_membox_demo_builds_shows_and_answers(tmp_path, capsys):
+    """`make demo`'s command, end to end on the real stack (with the fast model)."""
+    from membox_local.cli import DEMO_QUESTIONS, main
+
+    assert main(["demo", "--store", str(tmp_path / "demo"), "--config", "cpu-fast"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("Q: ") == len(DEMO_QUESTIONS) and out.count("A: ") == len(DEMO_QUESTIONS)
+    assert "box 1 [" in out and (tmp_path / "demo" / "memory.db").exists()
