@@ -112,9 +112,10 @@ def likelihood_features(box: Sequence[Message], new: Message, window: int, knot:
     line = dialogue_line(new)
     after_box = yield ScoreRequest(dialogue_context(list(box)[-window:]), line, stage="judge")
     alone = yield ScoreRequest(DIALOGUE_HEADER, line, stage="judge")
-    n = max(1, after_box.tokens)
-    pmi = (after_box.logprob - alone.logprob) / n
-    return {"lm_pmi": pmi, "lm_cond": after_box.logprob / n, "lm_pmi_low": min(pmi, knot)}
+    # per token of each score's own span: equal spans unless a long message was cut to fit the scorer's context
+    cond = after_box.logprob / max(1, after_box.tokens)
+    pmi = cond - alone.logprob / max(1, alone.tokens)
+    return {"lm_pmi": pmi, "lm_cond": cond, "lm_pmi_low": min(pmi, knot)}
 
 
 LM_FEATURES = ("lm_pmi", "lm_cond", "lm_pmi_low")
