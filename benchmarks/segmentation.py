@@ -34,7 +34,7 @@ from membox_local.embed import Embedder, make_embedder  # noqa: E402
 from membox_local.evaluation.segmentation import (box_sizes, evaluate, load_dialogues,  # noqa: E402
                                                   run_segmenter)
 from membox_local.backends.base import Backend, ScoreRequest, ScoreResult, Usage  # noqa: E402
-from membox_local.judges import FEATURES, LM_FEATURES, hybrid_features, likelihood_features  # noqa: E402
+from membox_local.judges import CONV_FEATURES, FEATURES, LM_FEATURES, likelihood_features  # noqa: E402
 
 RUNS = REPO / "runs" / "segmentation"
 
@@ -170,21 +170,33 @@ def objective(s: dict) -> float:
     return ((1 - s["pk"]) + (1 - s["wd"])) / 2 + s["f1"]
 
 
-def teacher_forced(dialogues, emb: LookupEmbedder, window: int, min_box: int, scorer: Backend | None = None,
-                   knot: float = 1.0):
-    """(features, continues) for every turn judged with the reference segment so far as the open box.
-    Likelihood features (lm_*) come from `scorer`; without one they are 0."""
+def teacher_forced(dialogues, emb: LookupEmbedder, lc, min_box: int, scorer: Backend | None = None):
+    """(features, continues) for every turn judged with the reference segment so far as the open box and the
+    dialogue's earlier turns as its history, computed by the hybrid judge's own code (`lc`: a LoomConfig; its
+    window, history and lm_knot). Likelihood features (lm_*) come from `scorer`; without one they are 0."""
+    import copy
+
+    from membox_local.judges import HybridJudge
+    from membox_local.requests import EmbedRequest
+
+    lc = copy.deepcopy(lc)
+    lc.weights = {f: 1.0 for f in FEATURES if scorer is not None or f not in LM_FEATURES}
+    judge = HybridJudge(lc)
     X, y = [], []
     for d in dialogues:
         starts = set(d.boundaries)
         seg_start = 0
-        vecs = emb.encode([m.text for m in d.messages])
         for i in range(1, len(d.messages)):
             if i - seg_start >= min_box:
-                f = hybrid_features(vecs[seg_start:i], vecs[i], d.messages[seg_start:i], d.messages[i], window)
-                f.update(answer(likelihood_features(d.messages[seg_start:i], d.messages[i], window, knot), scorer)
-                         if scorer is not None else dict.fromkeys(LM_FEATURES, 0.0))
-                X.append([f[k] for k in FEATURES])
+                step = judge.features(d.messages[seg_start:i], d.messages[i], d.messages[max(0, i - judge.history):i])
+                try:
+                    req = next(step)
+                    while True:
+                        req = step.send(emb.encode(list(req.texts)) if isinstance(req, EmbedRequest)
+                                        else scorer.score([req])[0])
+                except StopIteration as stop:
+                    f = stop.value
+                X.append([f.get(k, 0.0) for k in FEATURES])
                 y.append(i not in starts)
             if i in starts:
                 seg_start = i
@@ -228,14 +240,20 @@ FEATURE_SETS = {
     "cos+rel": ["cos_last", "cos_prev", "cos_window", "cos_box", "cohesion", "rel_last", "rel_window", "max_box"],
     "cos+rel+context": ["cos_last", "cos_prev", "cos_window", "cos_box", "cohesion", "rel_last", "rel_window",
                         "max_box", "last_question", "box_age"],
-    "all": [f for f in FEATURES if f != "speaker_change" and f not in LM_FEATURES],  # speakers alternate in TIAGE
-    "all-noage": [f for f in FEATURES if f not in ("speaker_change", "box_age") + LM_FEATURES],
+    # speakers alternate in TIAGE
+    "all": [f for f in FEATURES if f != "speaker_change" and f not in LM_FEATURES + CONV_FEATURES],
+    "all-noage": [f for f in FEATURES if f not in ("speaker_change", "box_age") + LM_FEATURES + CONV_FEATURES],
+    # "all" with its question and length cues taken against the conversation's own level (*_conv)
+    "conv": [f for f in FEATURES if f not in ("speaker_change", "new_question", "last_question", "len_new", "len_last")
+             + LM_FEATURES + CONV_FEATURES] + ["new_question_conv", "last_question_conv", "len_new_conv", "len_last_conv"],
 }
 LM_FEATURE_SETS = {
-    "lm": list(LM_FEATURES),
-    "cos+lm": FEATURE_SETS["cos"] + list(LM_FEATURES),
-    "cos+rel+lm": FEATURE_SETS["cos+rel"] + list(LM_FEATURES),
-    "all+lm": FEATURE_SETS["all"] + list(LM_FEATURES),
+    "lm": ["lm_pmi", "lm_cond", "lm_pmi_low"],
+    "cos+lm": FEATURE_SETS["cos"] + ["lm_pmi", "lm_cond", "lm_pmi_low"],
+    "cos+rel+lm": FEATURE_SETS["cos+rel"] + ["lm_pmi", "lm_cond", "lm_pmi_low"],
+    "all+lm": FEATURE_SETS["all"] + ["lm_pmi", "lm_cond", "lm_pmi_low"],
+    # every cue against the conversation's own level, the model's PMI included
+    "conv+lm": FEATURE_SETS["conv"] + ["lm_pmi_conv", "lm_pmi_conv_low"],
 }
 
 
@@ -279,7 +297,7 @@ def cmd_fit(args) -> int:
 
     # 2. hybrid judge: logistic weights on teacher-forced train states, bias offset swept online on train.
     for min_box in (2, 1):
-        X, y = teacher_forced(train, emb, cfg.loom.window, min_box)
+        X, y = teacher_forced(train, emb, cfg.loom, min_box)
         for fs, names in FEATURE_SETS.items():
             weights, bias = fit_logistic(X, y, names)
             offsets = np.round(np.arange(-2.0, 2.01, 0.25), 2)
@@ -320,15 +338,16 @@ def choose(report: dict, md_name: str = "fit.md") -> dict:
     return chosen
 
 
-def choose_knot(fit_on, val, emb, window, scorer, report) -> float:
+def choose_knot(cfg, fit_on, val, emb, scorer, report) -> float:
     """lm_knot for lm_pmi_low: the all+lm logistic fitted on teacher-forced `fit_on` states with each knot;
     the best ROC AUC on teacher-forced `val` states wins (TIAGE only)."""
     from sklearn.metrics import roc_auc_score
 
     aucs = {}
     for knot in (0.5, 0.75, 1.0, 1.25, 1.5):
-        X, y = teacher_forced(fit_on, emb, window, 2, scorer, knot)
-        Xv, yv = teacher_forced(val, emb, window, 2, scorer, knot)
+        lc = with_loom(cfg, lm_knot=knot).loom
+        X, y = teacher_forced(fit_on, emb, lc, 2, scorer)
+        Xv, yv = teacher_forced(val, emb, lc, 2, scorer)
         names = LM_FEATURE_SETS["all+lm"]
         w, b = fit_logistic(X, y, names)
         z = Xv[:, [FEATURES.index(n) for n in names]] @ np.array([w[n] for n in names]) + b
@@ -357,7 +376,7 @@ def cmd_fit_lm(args) -> int:
     for m in load_locomo(data / "locomo-dev.json"):
         locomo.setdefault(m.conversation_id, []).append(m)
     locomo = {c: v[: args.locomo_limit] for c, v in locomo.items()}
-    cfg = load_config(args.config)
+    cfg = load_config(args.config, {"loom.history": args.history} if args.history else None)
     window = cfg.loom.window
     join = args.join
     fit_on = joined(train, join) if join else train
@@ -384,7 +403,7 @@ def cmd_fit_lm(args) -> int:
     def record(name, c):
         entry = {"name": name, "loom": {k: getattr(c.loom, k) for k in
                                         ("judge", "threshold", "min_box_messages", "max_box_messages", "weights", "bias",
-                                         "lm_knot")},
+                                         "lm_knot", "history")},
                  "train": run(c, fit_on, emb, scorer), "dev": run(c, dev, emb, scorer),
                  "dialseg711": run(c, test, emb, scorer), "locomo": locomo_sizes(c, locomo, emb, scorer)}
         if join:
@@ -399,10 +418,10 @@ def cmd_fit_lm(args) -> int:
 
     record(f"{cfg.name} default ({cfg.loom.judge}), same subsets", cfg)
     record("embedding, same subsets", with_loom(cfg, judge="embedding", weights={}))
-    knot = cfg.loom.lm_knot if args.no_lm else choose_knot(fit_on, dev_joined or dev, emb, window, scorer, report)
+    knot = cfg.loom.lm_knot if args.no_lm else choose_knot(cfg, fit_on, dev_joined or dev, emb, scorer, report)
     cfg = with_loom(cfg, lm_knot=knot)
-    X, y = teacher_forced(fit_on, emb, window, 2, scorer, knot)
-    sets = {**({k: FEATURE_SETS[k] for k in ("cos", "all")} if join or args.no_lm else {}),
+    X, y = teacher_forced(fit_on, emb, cfg.loom, 2, scorer)
+    sets = {**({k: FEATURE_SETS[k] for k in ("cos", "all", "conv")} if join or args.no_lm else {}),
             **({} if args.no_lm else LM_FEATURE_SETS)}
     for fs, names in sets.items():
         weights, bias = fit_logistic(X, y, names)
@@ -412,7 +431,9 @@ def cmd_fit_lm(args) -> int:
         record(f"hybrid {fs} min_box=2" + (f", fitted with joins of {join}" if join else ""),
                with_loom(cfg, judge="hybrid", weights=weights, bias=round(bias + float(best), 4), min_box_messages=2))
     fitted = {"candidates": report["candidates"][2:]}
-    chosen = choose(fitted, f"{'fit-minilm' if args.no_lm else 'fit-lm'}{'-join' if join else ''}-chosen.md")["hybrid"]
+    name = ("fit-minilm" if args.no_lm else "fit-lm") + ("-join" if join else "") + \
+        (f"-history{args.history}" if args.history else "")
+    chosen = choose(fitted, f"{name}-chosen.md")["hybrid"]
     for c in report["candidates"]:
         c["chosen"] = c is chosen
     sets_shown = ("dev_only", "dev_joined", "dialseg711") if join else ("dev", "dialseg711")
@@ -422,7 +443,6 @@ def cmd_fit_lm(args) -> int:
     for c in report["candidates"]:
         cells = [" / ".join(f"{c.get(ds, c['dev'])[m]:.3f}" for m in ("pk", "wd", "f1")) for ds in sets_shown]
         lines.append(f"| {c['name']} | " + " | ".join(cells) + f" | {c['locomo']['mean']} | {'yes' if c['chosen'] else ''} |")
-    name = ("fit-minilm" if args.no_lm else "fit-lm") + ("-join" if join else "")
     (RUNS / f"{name}.md").write_text("\n".join(lines) + "\n")
     (RUNS / f"{name}.json").write_text(json.dumps(report, indent=2) + "\n")
     print("\n".join(lines), file=sys.stderr)
@@ -478,7 +498,7 @@ def cmd_auc(args) -> int:
     out = {"date": time.strftime("%Y-%m-%d"), "command": "python benchmarks/segmentation.py " + " ".join(sys.argv[1:]),
            "dialogues": {k: len(v) for k, v in sets.items()}, "auc": {}}
     for name, dls in sets.items():
-        X, y = teacher_forced(dls, emb, cfg.loom.window, 2, scorer, cfg.loom.lm_knot)
+        X, y = teacher_forced(dls, emb, cfg.loom, 2, scorer)
         out["auc"][name] = {f: round(float(roc_auc_score(y, X[:, i])), 3) for i, f in enumerate(FEATURES)
                             if f != "speaker_change"}
         pmi = X[:, FEATURES.index("lm_pmi")]
@@ -506,7 +526,7 @@ def cmd_ceiling(args) -> int:
     dev = load_dialogues(data / "tiage_dev.json")
     cfg = load_config(args.config)
     emb = LookupEmbedder(cfg, [m.text for ds in (test, dev) for d in ds for m in d.messages], RUNS / "vectors.npz")
-    X, y = teacher_forced(test, emb, cfg.loom.window, 2)
+    X, y = teacher_forced(test, emb, cfg.loom, 2)
     out = {"date": time.strftime("%Y-%m-%d"), "command": "python benchmarks/segmentation.py " + " ".join(sys.argv[1:]),
            "fitted_on": "dialseg711 (oracle: test data, an upper bound only)", "rows": []}
     for fs, names in FEATURE_SETS.items():
@@ -632,6 +652,7 @@ def main() -> int:
     fl.add_argument("--dialseg-limit", type=int, help="only the first N DialSeg711 dialogues")
     fl.add_argument("--locomo-limit", type=int, default=60, help="first N messages of each LoCoMo conversation")
     fl.add_argument("--score-only", action="store_true", help="only compute and cache the scores")
+    fl.add_argument("--history", type=int, help="loom.history for the *_conv features (default: the config's)")
     fl.add_argument("--no-lm", action="store_true", help="MiniLM features only (no LLM scores): sets cos and all")
     fl.add_argument("--join", type=int, default=0, metavar="K",
                     help="also fit on TIAGE-train dialogues joined K at a time, and choose on TIAGE dev as it is and "

@@ -73,6 +73,8 @@ class LoomConfig:
     # hybrid judge, likelihood features: lm_pmi_low = min(lm_pmi, lm_knot), the part of the model's PMI that
     # marks a hard switch (the box's lines do not help predict the new one)
     lm_knot: float = 1.0
+    # hybrid judge, *_conv features: how many of the conversation's earlier messages set its own level
+    history: int = 30
 
 
 @dataclass

@@ -1,13 +1,15 @@
 """Continuity judges: does a new message continue the open box?
 
 A judge's `decide` is a generator step: it may yield requests (embeddings, a label call, score requests) and
-returns a `Decision`. New judges subclass `Judge` and register in JUDGES. Every judge sees only the open box and
-the new message (online, no look-ahead); thresholds and weights come from LoomConfig and are fitted on TIAGE
-train/dev by `benchmarks/segmentation.py fit` and `fit-lm` (see BENCHMARKS.md, "Topic segmentation").
+returns a `Decision`. New judges subclass `Judge` and register in JUDGES. Every judge sees the open box, the new
+message and, if it asks for them (`Judge.history`), the conversation's messages just before it: online, never a
+later message. Thresholds and weights come from LoomConfig and are fitted on TIAGE train/dev by
+`benchmarks/segmentation.py fit` and `fit-lm` (see BENCHMARKS.md, "Topic segmentation").
 """
 from __future__ import annotations
 
 import math
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -31,11 +33,14 @@ class Decision:
 class Judge:
     name = "base"
     uses_llm = False
+    history = 0  # how many of the conversation's earlier messages `decide` wants as `earlier`
 
     def __init__(self, cfg: LoomConfig):
         self.cfg = cfg
 
-    def decide(self, recent: Sequence[Message], new: Message) -> Step:
+    def decide(self, recent: Sequence[Message], new: Message, earlier: Sequence[Message] = ()) -> Step:
+        """`recent`: the open box's messages; `earlier`: the conversation's last `history` messages before
+        `new` (the open box's included, oldest first), across boxes and sessions."""
         raise NotImplementedError
 
 
@@ -54,7 +59,7 @@ class EmbeddingJudge(Judge):
 
     name = "embedding"
 
-    def decide(self, recent, new):
+    def decide(self, recent, new, earlier=()):
         window = list(recent)[-self.cfg.window:]
         vecs = yield EmbedRequest(tuple(m.text for m in window) + (new.text,))
         score = float(np.dot(_unit(np.asarray(vecs[:-1], dtype=np.float32).mean(axis=0)), vecs[-1]))
@@ -118,18 +123,44 @@ def likelihood_features(box: Sequence[Message], new: Message, window: int, knot:
     return {"lm_pmi": pmi, "lm_cond": cond, "lm_pmi_low": min(pmi, knot)}
 
 
-LM_FEATURES = ("lm_pmi", "lm_cond", "lm_pmi_low")
+# Conversation-relative features: a cue's value minus its level over the conversation's last `history` messages,
+# so that a genre where every other turn is a question (a booking dialogue) or where the model predicts lines
+# less well is judged against itself rather than against the chit-chat the weights were fitted on.
+QUESTION_PRIOR = 0.35  # share of messages with a "?" assumed before a conversation has three earlier messages
+
+
+def _median_or(values: Sequence[float], default: float, least: int = 3) -> float:
+    return float(np.median(values)) if len(values) >= least else default
+
+
+def conversation_features(earlier: Sequence[Message], new: Message, last: Message) -> dict[str, float]:
+    """Question and length cues of `new` and `last` (the open box's last message) against the conversation's
+    level over `earlier` (its messages before `new`); neutral until there are three earlier messages."""
+    rate = float(np.mean(["?" in m.text for m in earlier])) if len(earlier) >= 3 else QUESTION_PRIOR
+    len_new, len_last = math.log1p(_words(new.text)), math.log1p(_words(last.text))
+    level = _median_or([math.log1p(_words(m.text)) for m in earlier], len_new)
+    return {"new_question_conv": float("?" in new.text) - rate, "last_question_conv": float("?" in last.text) - rate,
+            "len_new_conv": len_new - level, "len_last_conv": len_last - level}
+
+
+LM_FEATURES = ("lm_pmi", "lm_cond", "lm_pmi_low", "lm_pmi_conv", "lm_pmi_conv_low")
+CONV_FEATURES = ("new_question_conv", "last_question_conv", "len_new_conv", "len_last_conv", "lm_pmi_conv",
+                 "lm_pmi_conv_low")
 FEATURES = ("cos_last", "cos_prev", "cos_window", "cos_box", "cohesion", "rel_last", "rel_window", "max_box",
-            "speaker_change", "new_question", "last_question", "len_new", "len_last", "box_age") + LM_FEATURES
+            "speaker_change", "new_question", "last_question", "len_new", "len_last", "box_age",
+            "new_question_conv", "last_question_conv", "len_new_conv", "len_last_conv") + LM_FEATURES
 
 
 class HybridJudge(Judge):
     """Logistic model: p(continue) = sigmoid(bias + sum of weights[f] * feature f); continues at p >= 0.5.
 
     Features are MiniLM cosines and surface cues (`hybrid_features`); weights on `lm_*` features add the
-    language model's likelihoods (`likelihood_features`, two score requests per judged message)."""
+    language model's likelihoods (`likelihood_features`, two score requests per judged message); `*_conv`
+    features compare with the conversation's last `history` messages (`conversation_features`; `lm_pmi_conv` is
+    the new message's PMI minus the median PMI of those messages, each after its own two predecessors)."""
 
     name = "hybrid"
+    PMI_CACHE = 50_000  # PMIs kept for reuse as later messages' history (least recently used dropped)
 
     def __init__(self, cfg: LoomConfig):
         super().__init__(cfg)
@@ -140,23 +171,61 @@ class HybridJudge(Judge):
         if unknown:
             raise ValueError(f"[loom] weights: unknown hybrid feature(s) {unknown}; known: {list(FEATURES)}")
         self.weights = {k: float(v) for k, v in cfg.weights.items()}
-        self.uses_llm = any(k in LM_FEATURES and w for k, w in self.weights.items())
+        used = {k for k, w in self.weights.items() if w}
+        self.uses_llm = bool(used & set(LM_FEATURES))
+        self.uses_conversation = bool(used & set(CONV_FEATURES))
+        if self.uses_conversation and cfg.history < 3:
+            raise ValueError(f"[loom] history = {cfg.history}: the *_conv features need at least 3 earlier messages")
+        # earlier messages' PMIs need their own two predecessors
+        self.history = cfg.history + cfg.window if self.uses_conversation else 0
+        self._pmi: OrderedDict[tuple[str, str], float] = OrderedDict()
 
-    def features(self, recent: Sequence[Message], new: Message) -> Step:
+    def features(self, recent: Sequence[Message], new: Message, earlier: Sequence[Message] = ()) -> Step:
         box = list(recent)
         vecs = yield EmbedRequest(tuple(m.text for m in box) + (new.text,))
         vecs = np.asarray(vecs, dtype=np.float32)
         feats = hybrid_features(vecs[:-1], vecs[-1], box, new, self.cfg.window)
+        past = list(earlier)[-self.cfg.history:] if self.uses_conversation else []
+        if self.uses_conversation:
+            feats.update(conversation_features(past, new, box[-1]))
         if self.uses_llm:
-            feats.update((yield from likelihood_features(box, new, self.cfg.window, self.cfg.lm_knot)))
+            lm = yield from likelihood_features(box, new, self.cfg.window, self.cfg.lm_knot)
+            if len(box) >= self.cfg.window:  # the context was its own predecessors: reusable as history
+                self._remember(new, lm["lm_pmi"])
+            level = 0.0
+            if self.uses_conversation:
+                pmis = yield from self._earlier_pmis(list(earlier))
+                level = _median_or(pmis, lm["lm_pmi"])
+            lm["lm_pmi_conv"] = lm["lm_pmi"] - level if self.uses_conversation else 0.0
+            lm["lm_pmi_conv_low"] = min(lm["lm_pmi_conv"], 0.0)
+            feats.update(lm)
         return feats
+
+    def _remember(self, m: Message, pmi: float) -> None:
+        self._pmi[(m.conversation_id, m.message_id)] = pmi
+        self._pmi.move_to_end((m.conversation_id, m.message_id))
+        while len(self._pmi) > self.PMI_CACHE:
+            self._pmi.popitem(last=False)
+
+    def _earlier_pmis(self, earlier: list[Message]) -> Step:
+        """PMIs of the last `history` earlier messages that follow `window` messages of their own session."""
+        w, out = self.cfg.window, []
+        for j in range(max(w, len(earlier) - self.cfg.history), len(earlier)):
+            m, ctx = earlier[j], earlier[j - w:j]
+            if any(c.session != m.session for c in ctx):
+                continue
+            key = (m.conversation_id, m.message_id)
+            if key not in self._pmi:
+                self._remember(m, (yield from likelihood_features(ctx, m, w, self.cfg.lm_knot))["lm_pmi"])
+            out.append(self._pmi[key])
+        return out
 
     def probability(self, feats: dict[str, float]) -> float:
         z = self.cfg.bias + sum(w * feats[k] for k, w in self.weights.items() if w)
         return 1.0 / (1.0 + math.exp(-z))
 
-    def decide(self, recent, new):
-        feats = yield from self.features(recent, new)
+    def decide(self, recent, new, earlier=()):
+        feats = yield from self.features(recent, new, earlier)
         return _threshold_decision(self.probability(feats), 0.5)
 
 
@@ -168,7 +237,7 @@ class LLMJudge(Judge):
     name = "llm"
     uses_llm = True
 
-    def decide(self, recent, new):
+    def decide(self, recent, new, earlier=()):
         window = list(recent)[-self.cfg.window:]
         res = yield LabelRequest(continuity_prompt(window, new), CONTINUITY_LABELS, stage="judge")
         return Decision(res.label == "yes", res.label, None)
@@ -184,7 +253,7 @@ class LLMLogprobJudge(Judge):
     name = "llm-logprob"
     uses_llm = True
 
-    def decide(self, recent, new):
+    def decide(self, recent, new, earlier=()):
         window = list(recent)[-self.cfg.window:]
         res = yield LabelRequest(continuity_prompt(window, new), CONTINUITY_LABELS, stage="judge", logprobs=True)
         if not res.probs or "yes" not in res.probs:
@@ -199,7 +268,7 @@ class AuthorsJudge(Judge):
     name = "authors"
     uses_llm = True
 
-    def decide(self, recent, new):
+    def decide(self, recent, new, earlier=()):
         res = yield LabelRequest(authors_continuity_prompt(list(recent)[-2:], new), CONTINUITY_LABELS,
                                  stage="judge")
         return Decision(res.label == "yes", res.label, None)

@@ -39,8 +39,10 @@ def grounding(event: str, source: str) -> float:
     return sum(w[:5] in have for w in words) / len(words)
 
 
-def decide(lc: LoomConfig, judge: Judge, open_box: Sequence[Message], m: Message) -> Step:
-    """The online continuity rule: does `m` continue the open box (its messages so far)?
+def decide(lc: LoomConfig, judge: Judge, open_box: Sequence[Message], m: Message,
+           earlier: Sequence[Message] = ()) -> Step:
+    """The online continuity rule: does `m` continue the open box (its messages so far)? `earlier`: the
+    conversation's messages before `m`, oldest first (only the judge's last `history` are used).
 
     The only place the rule lives: the Loom and `membox eval segmentation` both call it.
     """
@@ -52,7 +54,7 @@ def decide(lc: LoomConfig, judge: Judge, open_box: Sequence[Message], m: Message
         return Decision(True, "min-context")
     if len(open_box) >= lc.max_box_messages:
         return Decision(False, "max-size")
-    return (yield from judge.decide(open_box, m))
+    return (yield from judge.decide(open_box, m, list(earlier)[-judge.history:] if judge.history else []))
 
 
 class Loom:
@@ -63,13 +65,16 @@ class Loom:
         self.cfg = cfg
         self.judge = judge or make_judge(cfg.loom)
         self.box: Box | None = store.current_open_box(conversation_id)
+        # the conversation's last messages before the next one, for judges that compare with them
+        self.earlier: list[Message] = store.filed_messages(conversation_id, self.judge.history) \
+            if self.judge.history else []
         self.after_extract = after_extract  # e.g. the Trace Weaver's step for a newly extracted box
 
     # ---- the decision ---------------------------------------------------------------------------
     def process(self, m: Message) -> Step:
         """File one message; on a seal, extract the sealed box. Returns the Decision."""
         box = self.box
-        decision = yield from decide(self.cfg.loom, self.judge, box.messages if box else [], m)
+        decision = yield from decide(self.cfg.loom, self.judge, box.messages if box else [], m, self.earlier)
 
         sealed = None
         with self.store.transaction():
@@ -81,6 +86,8 @@ class Loom:
                 self.box = Box(box_id, m.conversation_id, m.session, m.session_date)
             self.store.file_message(m, self.box.id, decision.label, decision.score)
         self.box.messages.append(m)
+        if self.judge.history:
+            self.earlier = (self.earlier + [m])[-self.judge.history:]
         if sealed is not None:
             sealed.status = "sealed"
             yield from self.extract(sealed)

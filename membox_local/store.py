@@ -205,6 +205,14 @@ class Store:
         ).fetchall()
         return [self._message(r) for r in rows]
 
+    def filed_messages(self, conversation_id: str, last: int) -> list[Message]:
+        """The conversation's `last` messages already filed into boxes, oldest first."""
+        rows = self.db.execute(
+            "SELECT * FROM messages WHERE conversation_id=? AND processed=1 ORDER BY seq DESC LIMIT ?",
+            (conversation_id, last),
+        ).fetchall()
+        return [self._message(r) for r in reversed(rows)]
+
     def message_uid(self, conversation_id: str, message_id: str) -> int:
         return self.db.execute(
             "SELECT uid FROM messages WHERE conversation_id=? AND message_id=?", (conversation_id, message_id)

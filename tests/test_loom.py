@@ -98,3 +98,32 @@ def test_unknown_judge_is_a_clear_error(tmp_path, cfg):
     mem = Memory(tmp_path / "m", cfg, backend=FakeBackend(), embedder=FakeEmbedder())
     with pytest.raises(ValueError, match="unknown continuity judge 'psychic'"):
         mem.add(msgs("c", GARDEN))
+
+
+def test_judges_that_want_history_see_the_conversation_before_the_message_even_after_a_reopen(tmp_path, cfg):
+    from membox_local.judges import EmbeddingJudge
+    from membox_local.loom import Loom
+
+    seen = []
+
+    class Recorder(EmbeddingJudge):
+        history = 3
+
+        def decide(self, recent, new, earlier=()):
+            seen.append((new.message_id, [m.message_id for m in earlier]))
+            return (yield from super().decide(recent, new, earlier))
+
+    def opened():
+        mem = Memory(tmp_path / "m", cfg, backend=FakeBackend(), embedder=FakeEmbedder())
+        mem._looms["c"] = Loom("c", mem.store, mem.config, judge=Recorder(cfg.loom), after_extract=mem.after_extract)
+        return mem
+
+    rows = msgs("c", GARDEN + CARS)
+    mem = opened()
+    mem.add(rows[:5])
+    mem.close()
+    mem = opened()  # a new process: the Loom reads the filed messages back from the store
+    mem.add(rows[5:], seal=True)
+    mem.close()
+    judged = dict(seen)
+    assert judged["m3"] == ["m0", "m1", "m2"] and judged["m6"] == ["m3", "m4", "m5"]

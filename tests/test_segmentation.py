@@ -12,7 +12,8 @@ from membox_local.config import load_config
 from membox_local.evaluation.segmentation import (boundary_f1, boundary_string, evaluate, load_dialogues, pk, score,
                                                   window_size, windowdiff)
 from membox_local.ingest import InputError
-from membox_local.judges import FEATURES, JUDGES, LM_FEATURES, make_judge
+from membox_local.judges import (CONV_FEATURES, FEATURES, JUDGES, LM_FEATURES, conversation_features,
+                                 likelihood_features, make_judge)
 from membox_local.records import Message
 
 from fakes import FakeBackend, FakeEmbedder
@@ -138,12 +139,12 @@ def test_cli_writes_jsonl_summary_and_markdown(tmp_path, monkeypatch):
 
 
 # ---- judges ---------------------------------------------------------------------------------------------
-def drive(judge, recent, new, backend=None, embedder=None):
+def drive(judge, recent, new, backend=None, embedder=None, earlier=()):
     """Run one judge step, answering its requests with the fakes; returns (decision, requests)."""
     from membox_local.requests import EmbedRequest
 
     embedder, backend = embedder or FakeEmbedder(), backend or FakeBackend()
-    step, seen, value = judge.decide(recent, new), [], None
+    step, seen, value = judge.decide(recent, new, earlier), [], None
     while True:
         try:
             req = step.send(value)
@@ -201,7 +202,7 @@ def test_hybrid_features_and_weight_errors():
     with pytest.raises(StopIteration) as stop:
         step.send(FakeEmbedder().encode(req.texts))
     feats = stop.value.value
-    assert tuple(feats) == FEATURES[:-len(LM_FEATURES)] and feats["speaker_change"] == 1.0 and feats["last_question"] == 0.0
+    assert set(feats) == set(FEATURES) - set(LM_FEATURES) - set(CONV_FEATURES) and feats["speaker_change"] == 1.0 and feats["last_question"] == 0.0
     assert feats["rel_last"] == pytest.approx(feats["cos_last"] - feats["cohesion"])
     with pytest.raises(ValueError, match="unknown hybrid feature"):
         judge_for("hybrid", weights={"vibes": 1.0})
@@ -232,6 +233,63 @@ def test_hybrid_likelihood_features_score_the_new_line_after_the_box_and_alone()
     feats = stop.value.value
     assert feats["lm_pmi"] == pytest.approx((-16 + 25) / 7) and feats["lm_cond"] == pytest.approx(-16 / 7)
     assert feats["lm_pmi_low"] == 1.0  # min(lm_pmi, lm_knot = 1.0)
+
+
+def test_conversation_features_compare_with_the_conversations_own_level():
+    qs = conv(["Which train?", "The 9:15.", "How long is it?", "Two hours."])  # half of them questions
+    new, last = Message("c", "4", "A", "Do you need a taxi too?"), qs[-1]
+    f = conversation_features(qs, new, last)
+    assert f["new_question_conv"] == pytest.approx(0.5) and f["last_question_conv"] == pytest.approx(-0.5)
+    import math
+    assert f["len_new_conv"] == pytest.approx(math.log1p(6) - math.log1p(2))  # 6 words; median of 2, 2, 4, 2
+    # fewer than three earlier messages: the prior question rate, lengths against the new message itself
+    f = conversation_features(qs[:2], new, last)
+    assert f["new_question_conv"] == pytest.approx(1 - 0.35) and f["len_new_conv"] == 0.0
+
+
+def test_hybrid_conversation_pmi_is_against_the_earlier_messages_median_and_reuses_their_scores():
+    from membox_local.backends.base import ScoreRequest
+
+    judge = judge_for("hybrid", weights={"lm_pmi_conv": 1.0}, history=4)
+    assert judge.uses_llm and judge.history == 4 + 2  # each earlier message's PMI needs its two predecessors
+    assert judge_for("hybrid", weights={"lm_pmi": 1.0}).history == 0
+    texts = GARDEN + CARS
+    msgs = conv(texts)
+    backend = FakeBackend()
+    decision, reqs = drive(judge, msgs[4:6], msgs[6], backend=backend, earlier=msgs[:6])
+    scores = [r for r in reqs if isinstance(r, ScoreRequest)]
+    # the new line (after the box and alone), then messages 2..5, each after its two predecessors and alone
+    assert len(scores) == 2 + 2 * 4
+    def pmi(j):  # the judge's own likelihood features of message j after its two predecessors
+        step = likelihood_features(msgs[j - 2:j], msgs[j], 2)
+        req = next(step)
+        try:
+            while True:
+                req = step.send(backend.score([req])[0])
+        except StopIteration as stop:
+            return stop.value["lm_pmi"]
+
+    pmis = [pmi(j) for j in range(2, 7)]
+    import numpy as np
+    expected = pmis[-1] - float(np.median(pmis[:-1]))
+    feats = judge.probability({"lm_pmi_conv": expected})
+    assert decision.score == pytest.approx(feats)
+    # the next message: its earlier messages' PMIs are remembered, only its own two scores are requested
+    _, reqs = drive(judge, msgs[4:7], Message("c", "7", "B", "The mechanic fixed the car"), backend=backend,
+                    earlier=msgs[:7])
+    assert sum(isinstance(r, ScoreRequest) for r in reqs) == 2
+    with pytest.raises(ValueError, match="at least 3 earlier messages"):
+        judge_for("hybrid", weights={"len_new_conv": 1.0}, history=2)
+
+
+def test_hybrid_conversation_pmi_skips_messages_after_a_session_change():
+    from membox_local.backends.base import ScoreRequest
+
+    judge = judge_for("hybrid", weights={"lm_pmi_conv": 1.0}, history=10)
+    msgs = [Message("c", str(i), "AB"[i % 2], t, "1" if i < 4 else "2") for i, t in enumerate(GARDEN + CARS)]
+    _, reqs = drive(judge, msgs[4:6], msgs[6], earlier=msgs[:6])
+    # messages 2 and 3 (session 1) have their own predecessors; 4 and 5 follow a session change
+    assert sum(isinstance(r, ScoreRequest) for r in reqs) == 2 + 2 * 2
 
 
 def test_hybrid_with_likelihood_weights_needs_a_backend_that_scores():

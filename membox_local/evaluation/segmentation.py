@@ -116,8 +116,8 @@ def segment(lc: LoomConfig, judge: Judge, messages: Sequence[Message]) -> Step:
 
     box: list[Message] = []
     decisions: list[Decision] = []
-    for m in messages:
-        d = yield from decide(lc, judge, box, m)
+    for i, m in enumerate(messages):
+        d = yield from decide(lc, judge, box, m, messages[max(0, i - judge.history):i] if judge.history else ())
         box = box + [m] if d.continues else [m]
         decisions.append(d)
     return decisions
