@@ -91,3 +91,27 @@ def test_membox_demo_builds_shows_and_answers(tmp_path, capsys):
     out = capsys.readouterr().out
     assert out.count("Q: ") == len(DEMO_QUESTIONS) and out.count("A: ") == len(DEMO_QUESTIONS)
     assert "box 1 [" in out and (tmp_path / "demo" / "memory.db").exists()
+
+
+def test_the_cpu_default_judge_scores_lines_with_the_real_model():
+    """configs/cpu.toml's judge (MiniLM cues + the LLM's PMI against the conversation's level), here over SmolLM2
+    through llama.cpp: decisions only, on the demo conversation."""
+    from membox_local.evaluation.segmentation import box_sizes, run_segmenter
+    from membox_local.judges import make_judge
+
+    cfg = load_config("cpu-fast")
+    cfg.loom = load_config("cpu").loom
+    judge = make_judge(cfg.loom)
+    assert judge.uses_llm and judge.history == cfg.loom.history + cfg.loom.window
+    msgs = load_jsonl(DEMO)
+    conv = msgs[0].conversation_id
+    decisions, facts = run_segmenter(cfg, {conv: [m for m in msgs if m.conversation_id == conv]}, judge=judge)
+    dec = decisions[conv]
+    judged = [d for d in dec if d.label in ("yes", "no")]
+    assert judged and all(0.0 <= d.score <= 1.0 for d in judged)
+    assert facts["llm_usage"]["judge"]["calls"] >= 2 * len(judged)  # two score requests per judged message
+    assert 2 <= box_sizes(decisions)[conv] <= 12
+    # online: the same judge on a prefix decides the prefix the same way
+    half = len(dec) // 2
+    again, _ = run_segmenter(cfg, {conv: [m for m in msgs if m.conversation_id == conv][:half]})
+    assert [d.continues for d in again[conv]] == [d.continues for d in dec[:half]]
