@@ -2,7 +2,8 @@
 
 `Loom` is a per-conversation state machine. `process(message)` is a generator step that yields requests
 (embeddings for the judge, a label call, the extraction call on seal) and writes its outcome to the store.
-Decisions are online: only the open box and the new message are seen, never later messages.
+Decisions are online: the open box, the new message and (for judges that ask) the conversation's messages
+before it are seen, never later messages.
 """
 from __future__ import annotations
 

@@ -253,8 +253,8 @@ class Backend(ABC):
     def score_batch(self, requests: list[ScoreRequest]) -> list[ScoreResult]:
         raise BackendError(f"the {self.name} backend cannot score text (no prompt log-probabilities); "
                            f"likelihood features (the hybrid judge's lm_* weights, as in configs/cpu.toml) need "
-                           f"llamacpp, transformers or vllm; with this backend give [loom] weights without lm_* "
-                           f"features or another judge (e.g. --set loom.judge=embedding)")
+                           f"llamacpp, transformers or vllm; with this backend use a [loom] without lm_* weights "
+                           f"(configs/cpu-minilm.toml) or another judge (e.g. --set loom.judge=embedding)")
 
     def count_tokens(self, text: str) -> int:
         """Tokens of `text` for this model; backends with a tokenizer override this."""
