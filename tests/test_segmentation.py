@@ -95,8 +95,9 @@ def test_load_dialogues_fills_missing_speakers_and_validates(tmp_path):
 
 def test_evaluator_scores_online_decisions(tmp_path, seg_cfg):
     ds = load_dialogues(write_dataset(tmp_path / "d.json"))
-    rows, summary = evaluate(seg_cfg, ds, embedder=FakeEmbedder())
-    assert [r["hyp"] for r in rows] == [[4], [3]]
+    ticks = []
+    rows, summary = evaluate(seg_cfg, ds, embedder=FakeEmbedder(), progress=ticks.append)
+    assert [r["hyp"] for r in rows] == [[4], [3]] and sum(ticks) == 14  # one progress tick per turn
     assert summary["pk"] == summary["wd"] == 0.0 and summary["f1"] == 1.0
     assert rows[0]["labels"][:2] == ["first", "min-context"]  # the Loom's own rule, min-context included
     assert rows[0]["labels"][5] == "min-context" and summary["messages"] == 14

@@ -110,8 +110,9 @@ def score(ref_bounds: Sequence[int], hyp_bounds: Sequence[int], n_turns: int) ->
 
 
 # ---- the online segmenter -------------------------------------------------------------------------
-def segment(lc: LoomConfig, judge: Judge, messages: Sequence[Message]) -> Step:
-    """File `messages` one by one with the Loom's rule; returns one Decision per message."""
+def segment(lc: LoomConfig, judge: Judge, messages: Sequence[Message], progress=None) -> Step:
+    """File `messages` one by one with the Loom's rule; returns one Decision per message. `progress(1)` is called
+    after each decision."""
     from ..loom import decide
 
     box: list[Message] = []
@@ -120,6 +121,8 @@ def segment(lc: LoomConfig, judge: Judge, messages: Sequence[Message]) -> Step:
         d = yield from decide(lc, judge, box, m, messages[max(0, i - judge.history):i] if judge.history else ())
         box = box + [m] if d.continues else [m]
         decisions.append(d)
+        if progress:
+            progress(1)
     return decisions
 
 
@@ -128,7 +131,7 @@ def hyp_boundaries(decisions: Sequence[Decision]) -> list[int]:
 
 
 def run_segmenter(cfg: Config, conversations: dict[str, Sequence[Message]], embedder=None, backend=None,
-                  judge: Judge | None = None) -> tuple[dict[str, list[Decision]], dict[str, Any]]:
+                  judge: Judge | None = None, progress=None) -> tuple[dict[str, list[Decision]], dict[str, Any]]:
     """Drive `segment` over many conversations together (embeddings batched across them).
 
     Returns decisions per conversation and run facts (wall time, LLM calls and tokens)."""
@@ -146,7 +149,7 @@ def run_segmenter(cfg: Config, conversations: dict[str, Sequence[Message]], embe
             backend = lambda: make_backend(cfg.llm)  # noqa: E731  (loaded on first use)
         driver = Driver(store, emb, backend)
         t0 = time.time()
-        steps = {cid: (cid, segment(cfg.loom, judge, msgs)) for cid, msgs in conversations.items()}
+        steps = {cid: (cid, segment(cfg.loom, judge, msgs, progress)) for cid, msgs in conversations.items()}
         decisions = driver.drive_many(steps)
         wall = time.time() - t0
         usage = store.usage_by_stage()
@@ -157,8 +160,9 @@ def run_segmenter(cfg: Config, conversations: dict[str, Sequence[Message]], embe
                        "llm_usage": usage, "embedded_texts": emb.computed}
 
 
-def evaluate(cfg: Config, dialogues: Sequence[Dialogue], embedder=None, backend=None) -> tuple[list[dict], dict]:
-    decisions, facts = run_segmenter(cfg, {d.id: d.messages for d in dialogues}, embedder, backend)
+def evaluate(cfg: Config, dialogues: Sequence[Dialogue], embedder=None, backend=None,
+             progress=None) -> tuple[list[dict], dict]:
+    decisions, facts = run_segmenter(cfg, {d.id: d.messages for d in dialogues}, embedder, backend, progress=progress)
     rows = []
     for d in dialogues:
         dec = decisions[d.id]
@@ -234,7 +238,11 @@ def cmd_segmentation(args) -> int:
         overrides["loom.judge"] = args.judge
     cfg = load_config(args.config, overrides)
     dialogues = load_dialogues(args.data, args.limit)
-    rows, summary = evaluate(cfg, dialogues)
+    from tqdm import tqdm
+
+    with tqdm(total=sum(len(d.messages) for d in dialogues), desc=f"segmentation ({cfg.loom.judge})", unit="turn",
+              dynamic_ncols=True, file=sys.stderr) as bar:  # turns/s and ETA: the LLM judges take ~1 s a turn here
+        rows, summary = evaluate(cfg, dialogues, progress=bar.update)
     summary = {"data": str(args.data), "config": cfg.name, "loom": cfg.loom.__dict__, **summary,
                "command": "membox " + " ".join(sys.argv[1:])}
     if cfg.loom.judge in ("llm", "llm-logprob", "authors"):
