@@ -501,17 +501,21 @@ def cmd_auc(args) -> int:
         X, y = teacher_forced(dls, emb, cfg.loom, 2, scorer)
         out["auc"][name] = {f: round(float(roc_auc_score(y, X[:, i])), 3) for i, f in enumerate(FEATURES)
                             if f != "speaker_change"}
-        pmi = X[:, FEATURES.index("lm_pmi")]
-        out.setdefault("median_lm_pmi", {})[name] = {"continuing": round(float(np.median(pmi[y == 1])), 2),
-                                                     "boundary": round(float(np.median(pmi[y == 0])), 2)}
+        for f in ("lm_pmi", "lm_pmi_conv"):
+            v = X[:, FEATURES.index(f)]
+            # lm_pmi_conv is exactly 0 (neutral) until a conversation has three earlier PMIs: those turns left out
+            keep = v != 0 if f == "lm_pmi_conv" else np.ones(len(v), bool)
+            out.setdefault(f"median_{f}", {})[name] = {
+                "continuing": round(float(np.median(v[keep & (y == 1)])), 2),
+                "boundary": round(float(np.median(v[keep & (y == 0)])), 2), "turns": int(keep.sum())}
     lines = ["| feature | " + " | ".join(f"{k} ({n} dialogues)" for k, n in out["dialogues"].items()) + " |",
              "|---|" + "---|" * len(sets)]
     for f in out["auc"]["tiage_dev"]:
         lines.append(f"| {f} | " + " | ".join(f"{out['auc'][k][f]:.3f}" for k in sets) + " |")
     RUNS.mkdir(parents=True, exist_ok=True)
     lines.append("")
-    lines += [f"median lm_pmi, {k}: continuing {v['continuing']}, boundary {v['boundary']}"
-              for k, v in out["median_lm_pmi"].items()]
+    lines += [f"median {f}, {k}: continuing {v['continuing']}, boundary {v['boundary']} ({v['turns']} turns)"
+              for f in ("lm_pmi", "lm_pmi_conv") for k, v in out[f"median_{f}"].items()]
     (RUNS / "auc.json").write_text(json.dumps(out, indent=2) + "\n")
     print("\n".join(lines))
     return 0
