@@ -215,7 +215,9 @@ class HybridJudge(Judge):
             if any(c.session != m.session for c in ctx):
                 continue
             key = (m.conversation_id, m.message_id)
-            if key not in self._pmi:
+            if key in self._pmi:
+                self._pmi.move_to_end(key)
+            else:
                 self._remember(m, (yield from likelihood_features(ctx, m, w, self.cfg.lm_knot))["lm_pmi"])
             out.append(self._pmi[key])
         return out
