@@ -5,8 +5,9 @@
     python benchmarks/segmentation.py locomo --config cpu [--judge NAME] [--set loom.key=value ...]
     python benchmarks/segmentation.py ceiling  # upper bound: the hybrid fitted on DialSeg711 itself
     python benchmarks/segmentation.py fit-lm --train-limit 100 --dialseg-limit 50 --locomo-limit 60 [--join 2]
-                                               # the hybrid with the LLM's likelihood features (lm_*), and with
-                                               # --join also fitted/chosen on TIAGE dialogues joined in pairs:
+                                               # the hybrid with the LLM's likelihood features (lm_*, and the
+                                               # conversation-relative *_conv; --history N sets loom.history), and
+                                               # with --join also fitted/chosen on TIAGE dialogues joined in pairs:
                                                # the default since 2026-12-01. LLM scores are cached in
                                                # runs/segmentation/lm-scores.jsonl (resumable; ~1.5 h here)
     python benchmarks/segmentation.py auc      # teacher-forced ROC AUC of each feature
