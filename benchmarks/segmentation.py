@@ -227,7 +227,16 @@ def with_loom(cfg: Config, **kw) -> Config:
 
 def run(cfg, dialogues, emb, scorer=None) -> dict:
     rows, s = evaluate(cfg, dialogues, embedder=emb, backend=scorer)
-    return {k: s[k] for k in ("pk", "wd", "f1", "messages_per_box", "hyp_boundaries_per_dialogue", "s_per_message")}
+    return {k: s[k] for k in ("pk", "wd", "f1", "messages_per_box", "hyp_boundaries_per_dialogue",
+                              "ref_boundaries_per_dialogue", "s_per_message")}
+
+
+def no_boundaries(dialogues) -> dict:
+    """The reference point that Pk alone flatters: a segmenter that never opens a box."""
+    from membox_local.evaluation.segmentation import score
+
+    rows = [score(d.boundaries, [], len(d.messages)) for d in dialogues]
+    return {m: round(float(np.mean([r[m] for r in rows])), 4) for m in ("pk", "wd", "f1")}
 
 
 def locomo_sizes(cfg, conversations, emb, scorer=None) -> dict:
@@ -417,6 +426,8 @@ def cmd_fit_lm(args) -> int:
             f"{ds} {entry[ds]['pk']:.3f}/{entry[ds]['wd']:.3f}/{entry[ds]['f1']:.3f}" for ds in ("dev", "dialseg711"))
             + f" | LoCoMo {entry['locomo']['mean']} msg/box", file=sys.stderr, flush=True)
 
+    report["no_boundaries"] = {"dev": no_boundaries(dev), "dialseg711": no_boundaries(test),
+                               **({"dev_joined": no_boundaries(dev_joined)} if join else {})}
     record(f"{cfg.name} default ({cfg.loom.judge}), same subsets", cfg)
     record("embedding, same subsets", with_loom(cfg, judge="embedding", weights={}))
     knot = cfg.loom.lm_knot if args.no_lm else choose_knot(cfg, fit_on, dev_joined or dev, emb, scorer, report)
@@ -499,6 +510,8 @@ def cmd_auc(args) -> int:
     out = {"date": time.strftime("%Y-%m-%d"), "command": "python benchmarks/segmentation.py " + " ".join(sys.argv[1:]),
            "dialogues": {k: len(v) for k, v in sets.items()}, "auc": {}}
     for name, dls in sets.items():
+        out.setdefault("question_share", {})[name] = round(float(np.mean(["?" in m.text for d in dls
+                                                                           for m in d.messages])), 3)
         X, y = teacher_forced(dls, emb, cfg.loom, 2, scorer)
         out["auc"][name] = {f: round(float(roc_auc_score(y, X[:, i])), 3) for i, f in enumerate(FEATURES)
                             if f != "speaker_change"}
@@ -517,6 +530,7 @@ def cmd_auc(args) -> int:
     lines.append("")
     lines += [f"median {f}, {k}: continuing {v['continuing']}, boundary {v['boundary']} ({v['turns']} turns)"
               for f in ("lm_pmi", "lm_pmi_conv") for k, v in out[f"median_{f}"].items()]
+    lines += [f"share of turns with a '?', {k}: {v}" for k, v in out["question_share"].items()]
     (RUNS / "auc.json").write_text(json.dumps(out, indent=2) + "\n")
     print("\n".join(lines))
     return 0
