@@ -176,8 +176,8 @@ class HybridJudge(Judge):
         self.uses_conversation = bool(used & set(CONV_FEATURES))
         if self.uses_conversation and cfg.history < 3:
             raise ValueError(f"[loom] history = {cfg.history}: the *_conv features need at least 3 earlier messages")
-        # earlier messages' PMIs need their own two predecessors
-        self.history = cfg.history + cfg.window if self.uses_conversation else 0
+        # the earlier messages' PMIs need their own `window` predecessors
+        self.history = cfg.history + (cfg.window if self.uses_llm else 0) if self.uses_conversation else 0
         self._pmi: OrderedDict[tuple[str, str], float] = OrderedDict()
 
     def features(self, recent: Sequence[Message], new: Message, earlier: Sequence[Message] = ()) -> Step:

@@ -254,6 +254,7 @@ def test_hybrid_conversation_pmi_is_against_the_earlier_messages_median_and_reus
     judge = judge_for("hybrid", weights={"lm_pmi_conv": 1.0}, history=4)
     assert judge.uses_llm and judge.history == 4 + 2  # each earlier message's PMI needs its two predecessors
     assert judge_for("hybrid", weights={"lm_pmi": 1.0}).history == 0
+    assert judge_for("hybrid", weights={"new_question_conv": 1.0}, history=4).history == 4  # no PMIs to score
     texts = GARDEN + CARS
     msgs = conv(texts)
     backend = FakeBackend()
