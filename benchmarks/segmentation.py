@@ -121,12 +121,14 @@ class ScoreCache(Backend):
     json_batch = text_batch = label_batch
 
 
-def answer(step, backend: Backend):
-    """Run a step that yields score requests only (likelihood_features) against `backend`."""
+def answer(step, backend: Backend | None, emb: Embedder | None = None):
+    """Run a judge step to its value: score requests go to `backend`, embedding requests to `emb`."""
+    from membox_local.requests import EmbedRequest
+
     try:
         req = next(step)
         while True:
-            req = step.send(backend.score([req])[0])
+            req = step.send(emb.encode(list(req.texts)) if isinstance(req, EmbedRequest) else backend.score([req])[0])
     except StopIteration as stop:
         return stop.value
 
@@ -178,7 +180,6 @@ def teacher_forced(dialogues, emb: LookupEmbedder, lc, min_box: int, scorer: Bac
     import copy
 
     from membox_local.judges import HybridJudge
-    from membox_local.requests import EmbedRequest
 
     lc = copy.deepcopy(lc)
     lc.weights = {f: 1.0 for f in FEATURES if scorer is not None or f not in LM_FEATURES}
@@ -189,14 +190,8 @@ def teacher_forced(dialogues, emb: LookupEmbedder, lc, min_box: int, scorer: Bac
         seg_start = 0
         for i in range(1, len(d.messages)):
             if i - seg_start >= min_box:
-                step = judge.features(d.messages[seg_start:i], d.messages[i], d.messages[max(0, i - judge.history):i])
-                try:
-                    req = next(step)
-                    while True:
-                        req = step.send(emb.encode(list(req.texts)) if isinstance(req, EmbedRequest)
-                                        else scorer.score([req])[0])
-                except StopIteration as stop:
-                    f = stop.value
+                f = answer(judge.features(d.messages[seg_start:i], d.messages[i],
+                                          d.messages[max(0, i - judge.history):i]), scorer, emb)
                 X.append([f.get(k, 0.0) for k in FEATURES])
                 y.append(i not in starts)
             if i in starts:

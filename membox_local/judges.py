@@ -185,18 +185,16 @@ class HybridJudge(Judge):
         vecs = yield EmbedRequest(tuple(m.text for m in box) + (new.text,))
         vecs = np.asarray(vecs, dtype=np.float32)
         feats = hybrid_features(vecs[:-1], vecs[-1], box, new, self.cfg.window)
-        past = list(earlier)[-self.cfg.history:] if self.uses_conversation else []
         if self.uses_conversation:
-            feats.update(conversation_features(past, new, box[-1]))
+            feats.update(conversation_features(list(earlier)[-self.cfg.history:], new, box[-1]))
         if self.uses_llm:
             lm = yield from likelihood_features(box, new, self.cfg.window, self.cfg.lm_knot)
             if len(box) >= self.cfg.window:  # the context was its own predecessors: reusable as history
                 self._remember(new, lm["lm_pmi"])
-            level = 0.0
+            level = lm["lm_pmi"]  # neutral (lm_pmi_conv = 0) without a conversation level
             if self.uses_conversation:
-                pmis = yield from self._earlier_pmis(list(earlier))
-                level = _median_or(pmis, lm["lm_pmi"])
-            lm["lm_pmi_conv"] = lm["lm_pmi"] - level if self.uses_conversation else 0.0
+                level = _median_or((yield from self._earlier_pmis(list(earlier))), level)
+            lm["lm_pmi_conv"] = lm["lm_pmi"] - level
             lm["lm_pmi_conv_low"] = min(lm["lm_pmi_conv"], 0.0)
             feats.update(lm)
         return feats
