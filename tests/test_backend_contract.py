@@ -291,6 +291,35 @@ def test_continuation_logprob_and_cuts():
     assert fit_score_tokens(list(range(10)), [4, 5], 6) == ([6, 7, 8, 9], [4, 5])
 
 
+def test_llamacpp_score_plan_reuses_the_cache_and_asks_logits_only_for_the_continuation():
+    from membox_local.backends.llamacpp import LlamaCppAdapter
+
+    plan = LlamaCppAdapter.score_plan
+    # nothing cached: every position decoded, logits only at positions 2..4 (they predict tokens 3..5)
+    keep, chunks = plan([], [9, 8, 7, 6, 5, 4], 3, 512)
+    assert keep == 0 and chunks == [[(0, False), (1, False), (2, True), (3, True), (4, True), (5, False)]]
+    # a shared prefix is kept, but never the position that predicts the continuation's first token
+    assert plan([9, 8, 7, 1, 1], [9, 8, 7, 6, 5, 4], 3, 512)[0] == 2
+    assert plan([9, 1], [9, 8, 7, 6], 3, 512)[0] == 1
+    # chunks of at most n_batch
+    keep, chunks = plan([], list(range(5)), 1, 2)
+    assert [len(c) for c in chunks] == [2, 2, 1] and [p for c in chunks for p, _ in c] == [0, 1, 2, 3, 4]
+    with pytest.raises(ValueError, match="continuation start"):
+        plan([], [1, 2], 2, 512)
+
+
+def test_llamacpp_scores_do_not_depend_on_what_was_scored_before(llamacpp_backend):
+    """The scorer reuses the KV cache of the previous request's shared prefix: the same request scores the same
+    (to float noise from a different batch split) after any predecessor, and as the exact sum of its tokens."""
+    line = "Ann: I adopted a cat named Milo yesterday.\n"
+    req = ScoreRequest("A conversation.\n\nBob: Any news?\n", line, "judge")
+    first = llamacpp_backend.score([req])[0].logprob
+    after_other = llamacpp_backend.score([ScoreRequest("A conversation.\n\nBob: Hi.\n", line, "judge"), req])[1]
+    again = llamacpp_backend.score([req])[0]
+    assert after_other.logprob == pytest.approx(first, abs=0.01 * after_other.tokens)
+    assert again.logprob == pytest.approx(first, abs=0.01 * again.tokens)
+
+
 def test_vllm_score_requests_use_prompt_logprobs(monkeypatch):
     fake_vllm.install(monkeypatch)
     from membox_local.backends.vllm import VLLMBackend

@@ -111,12 +111,19 @@ class StructuredOutputError(BackendError):
 def continuation_logprob(logits, start: int, tokens: Sequence[int]) -> float:
     """Sum of log p(tokens[i] | tokens[:i]) for i >= start, from next-token logits of shape (len(tokens), vocab)
     where row j predicts token j + 1."""
+    return next_token_logprob(logits[start - 1:len(tokens) - 1], tokens[start:])
+
+
+def next_token_logprob(rows, targets: Sequence[int]) -> float:
+    """Sum over i of log softmax(rows[i])[targets[i]]: `rows` are the logits that predict each target."""
     import numpy as np
 
-    rows = np.asarray(logits[start - 1:len(tokens) - 1], dtype=np.float64)
+    rows = np.asarray(rows, dtype=np.float64)
+    if len(rows) != len(targets):
+        raise ValueError(f"{len(rows)} logit rows for {len(targets)} target tokens")
     m = rows.max(axis=1, keepdims=True)
     lse = np.log(np.exp(rows - m).sum(axis=1)) + m[:, 0]
-    picked = rows[np.arange(len(rows)), np.asarray(tokens[start:])]
+    picked = rows[np.arange(len(rows)), np.asarray(targets)]
     return float((picked - lse).sum())
 
 

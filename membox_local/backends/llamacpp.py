@@ -23,7 +23,7 @@ import numpy as np
 from ..config import LLMConfig
 from .base import (Backend, BackendError, JsonRequest, JsonResult, LabelRequest, LabelResult, Prompt, label_distribution,
                    ScoreRequest, ScoreResult, StructuredOutputError, TextRequest, TextResult, Usage,
-                   continuation_logprob, fit_score_tokens, parse_json_output)
+                   fit_score_tokens, next_token_logprob, parse_json_output)
 
 # llama.cpp's OpenMP threads spin while they wait by default. With any other load on the cores (a second
 # model, the embedder, other jobs) that spinning made generation 4-5x slower here (Qwen 0.5B, 2 threads at
@@ -57,6 +57,24 @@ class LlamaCppAdapter:
     @staticmethod
     def label_grammar(labels: tuple[str, ...]) -> str:
         return "root ::= " + " | ".join(json.dumps(label) for label in labels)
+
+    @staticmethod
+    def score_plan(cached: list[int], tokens: list[int], start: int, n_batch: int) -> tuple[int, list[list[tuple[int, bool]]]]:
+        """How to evaluate `tokens` (context, then the continuation from `start`) for a score request.
+
+        Returns (keep, chunks): keep the first `keep` tokens already in the KV cache (`cached`: their longest
+        common prefix, but never position start - 1, whose logits predict the continuation's first token), then
+        decode the rest in chunks of at most `n_batch` (position, wants_logits) pairs, where only positions
+        start - 1 .. len - 2 want logits: the vocabulary projection is skipped for every other token."""
+        if not 1 <= start < len(tokens):
+            raise ValueError(f"score request: continuation start {start} outside 1..{len(tokens) - 1}")
+        keep = 0
+        for a, b in zip(cached, tokens[:start - 1]):
+            if a != b:
+                break
+            keep += 1
+        plan = [(pos, start - 1 <= pos <= len(tokens) - 2) for pos in range(keep, len(tokens))]
+        return keep, [plan[i:i + n_batch] for i in range(0, len(plan), n_batch)]
 
 
 class LlamaCppBackend(Backend):
@@ -184,27 +202,50 @@ class LlamaCppBackend(Backend):
         return results
 
     def score_batch(self, requests: list[ScoreRequest]) -> list[ScoreResult]:
-        """Prompt log-likelihoods. The generating instance keeps only the last position's logits, so a second
-        instance with `logits_all` (and a small context, `score_ctx`: its logits buffer is score_ctx x vocab)
-        evaluates each context + continuation from scratch."""
+        """Prompt log-likelihoods, from a second, small instance (`score_ctx`) so that scoring leaves the
+        generating instance's cached prompt prefix alone. Each request reuses the KV cache of the text it shares
+        with the previous one and computes next-token logits only where they predict the continuation
+        (`LlamaCppAdapter.score_plan`)."""
         if self._scorer is None:
             from llama_cpp import Llama
 
             threads = self.cfg.n_threads or os.cpu_count() or 1
             self._scorer = Llama(model_path=self.model_path, n_ctx=self.cfg.score_ctx, n_threads=threads,
-                                 n_threads_batch=threads, n_batch=self.cfg.n_batch, logits_all=True,
-                                 seed=self.cfg.seed, verbose=False)
-        sc = self._scorer
+                                 n_threads_batch=threads, n_batch=self.cfg.n_batch, seed=self.cfg.seed, verbose=False)
+            self._scored: list[int] = []  # the tokens in the scorer's KV cache, in order
         results = []
         for req in requests:
             ctx, cont = fit_score_tokens(self.tokenize(req.context, special=False),
                                          self.tokenize(req.continuation, special=False), self.cfg.score_ctx)
             toks = ctx + cont
-            sc.reset()
-            sc.eval(toks)
-            lp = continuation_logprob(sc.scores[: len(toks)], len(ctx), toks)
+            lp = next_token_logprob(self._continuation_rows(toks, len(ctx)), cont)
             results.append(ScoreResult(lp, len(cont), Usage(req.stage, len(toks), 0)))
         return results
+
+    def _continuation_rows(self, tokens: list[int], start: int) -> np.ndarray:
+        """The next-token logits at positions start - 1 .. len - 2 of `tokens`, one row each."""
+        sc, n_vocab = self._scorer, self._scorer.n_vocab()
+        keep, chunks = self.adapter.score_plan(self._scored, tokens, start, self.cfg.n_batch)
+        batch = sc._batch.batch
+        rows = []
+        try:
+            sc._ctx.kv_cache_seq_rm(0, keep, -1)
+            self._scored = self._scored[:keep]
+            for chunk in chunks:
+                batch.n_tokens = len(chunk)
+                for j, (pos, wants) in enumerate(chunk):
+                    batch.token[j], batch.pos[j], batch.n_seq_id[j] = tokens[pos], pos, 1
+                    batch.seq_id[j][0] = 0
+                    batch.logits[j] = wants
+                sc._ctx.decode(sc._batch)
+                self._scored += [tokens[pos] for pos, _ in chunk]
+                rows += [np.ctypeslib.as_array(sc._ctx.get_logits_ith(j), shape=(n_vocab,)).copy()
+                         for j, (_, wants) in enumerate(chunk) if wants]
+        except Exception:
+            sc._ctx.kv_cache_seq_rm(0, 0, -1)  # the cache no longer matches what we recorded: start over
+            self._scored = []
+            raise
+        return np.stack(rows)
 
     def close(self) -> None:
         llm, self.llm = getattr(self, "llm", None), None
