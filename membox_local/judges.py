@@ -127,6 +127,9 @@ def likelihood_features(box: Sequence[Message], new: Message, window: int, knot:
 # so that a genre where every other turn is a question (a booking dialogue) or where the model predicts lines
 # less well is judged against itself rather than against the chit-chat the weights were fitted on.
 QUESTION_PRIOR = 0.35  # share of messages with a "?" assumed before a conversation has three earlier messages
+# lm_pmi_ratio divides by the conversation's median PMI, but never by less than this (nats per token): a
+# conversation whose lines barely predict each other would otherwise make every ratio large and unstable
+PMI_FLOOR = 0.3
 
 
 def _median_or(values: Sequence[float], default: float, least: int = 3) -> float:
@@ -143,9 +146,9 @@ def conversation_features(earlier: Sequence[Message], new: Message, last: Messag
             "len_new_conv": len_new - level, "len_last_conv": len_last - level}
 
 
-LM_FEATURES = ("lm_pmi", "lm_cond", "lm_pmi_low", "lm_pmi_conv", "lm_pmi_conv_low")
+LM_FEATURES = ("lm_pmi", "lm_cond", "lm_pmi_low", "lm_pmi_conv", "lm_pmi_conv_low", "lm_pmi_ratio")
 CONV_FEATURES = ("new_question_conv", "last_question_conv", "len_new_conv", "len_last_conv", "lm_pmi_conv",
-                 "lm_pmi_conv_low")
+                 "lm_pmi_conv_low", "lm_pmi_ratio")
 FEATURES = ("cos_last", "cos_prev", "cos_window", "cos_box", "cohesion", "rel_last", "rel_window", "max_box",
             "speaker_change", "new_question", "last_question", "len_new", "len_last", "box_age",
             "new_question_conv", "last_question_conv", "len_new_conv", "len_last_conv") + LM_FEATURES
@@ -157,7 +160,9 @@ class HybridJudge(Judge):
     Features are MiniLM cosines and surface cues (`hybrid_features`); weights on `lm_*` features add the
     language model's likelihoods (`likelihood_features`, two score requests per judged message); `*_conv`
     features compare with the conversation's last `history` messages (`conversation_features`; `lm_pmi_conv` is
-    the new message's PMI minus the median PMI of those messages, each after its own two predecessors)."""
+    the new message's PMI minus the median PMI of those messages, each after its own two predecessors;
+    `lm_pmi_ratio` the PMI divided by that median: scale-free, so one threshold on it alone, fitted on TIAGE
+    dialogues joined end to end, finds hard switches in conversations of any genre: configs/cpu-switch.toml)."""
 
     name = "hybrid"
     PMI_CACHE = 50_000  # PMIs kept for reuse as later messages' history (least recently used dropped)
@@ -191,11 +196,12 @@ class HybridJudge(Judge):
             lm = yield from likelihood_features(box, new, self.cfg.window, self.cfg.lm_knot)
             if len(box) >= self.cfg.window:  # the context was its own predecessors: reusable as history
                 self._remember(new, lm["lm_pmi"])
-            level = lm["lm_pmi"]  # neutral (lm_pmi_conv = 0) without a conversation level
-            if self.uses_conversation:
-                level = _median_or((yield from self._earlier_pmis(list(earlier))), level)
+            earlier_pmis = (yield from self._earlier_pmis(list(earlier))) if self.uses_conversation else []
+            # neutral (lm_pmi_conv = 0, lm_pmi_ratio = 1) until the conversation has a level
+            level = _median_or(earlier_pmis, lm["lm_pmi"])
             lm["lm_pmi_conv"] = lm["lm_pmi"] - level
             lm["lm_pmi_conv_low"] = min(lm["lm_pmi_conv"], 0.0)
+            lm["lm_pmi_ratio"] = lm["lm_pmi"] / max(PMI_FLOOR, level) if len(earlier_pmis) >= 3 else 1.0
             feats.update(lm)
         return feats
 

@@ -284,6 +284,56 @@ def test_hybrid_conversation_pmi_is_against_the_earlier_messages_median_and_reus
         judge_for("hybrid", weights={"len_new_conv": 1.0}, history=2)
 
 
+def test_hybrid_pmi_ratio_is_against_the_conversations_median_pmi_with_a_floor():
+    import math
+
+    import numpy as np
+
+    from membox_local.backends.base import ScoreResult, Usage
+    from membox_local.judges import PMI_FLOOR
+    from membox_local.prompts import DIALOGUE_HEADER
+
+    judge = judge_for("hybrid", weights={"lm_pmi_ratio": 1.0}, bias=-0.4, history=4)
+    assert judge.uses_llm and judge.uses_conversation and judge.history == 4 + 2
+    sigmoid = lambda z: 1 / (1 + math.exp(-z))  # noqa: E731
+    msgs = conv(GARDEN + CARS)
+    backend = FakeBackend()
+    decision, _ = drive(judge, msgs[4:6], msgs[6], backend=backend, earlier=msgs[:6])
+    pmis = [answer_pmi(msgs[j - 2:j], msgs[j], backend) for j in range(2, 7)]
+    level = float(np.median(pmis[:-1]))
+    assert level > PMI_FLOOR and decision.score == pytest.approx(sigmoid(-0.4 + pmis[-1] / level))
+    # fewer than three earlier PMIs: neutral (1.0), the judge continues
+    decision, _ = drive(judge, msgs[:2], msgs[2], backend=backend, earlier=msgs[:2])
+    assert decision.score == pytest.approx(sigmoid(-0.4 + 1.0)) and decision.continues
+
+    class Flat(FakeBackend):  # every line 0.1 nat per token likelier after its context: below the floor
+        def score_batch(self, requests):
+            return [ScoreResult(-(1.1 if r.context == DIALOGUE_HEADER else 1.0) * 5, 5, Usage(r.stage, 0, 0))
+                    for r in requests]
+
+    judge = judge_for("hybrid", weights={"lm_pmi_ratio": 1.0}, bias=-0.4, history=4)
+    decision, _ = drive(judge, msgs[4:6], msgs[6], backend=Flat(), earlier=msgs[:6])
+    assert decision.score == pytest.approx(sigmoid(-0.4 + 0.1 / PMI_FLOOR)) and not decision.continues
+
+
+def answer_pmi(context, m, backend):
+    """The judge's own likelihood features of `m` after `context`, answered by `backend`: its lm_pmi."""
+    step = likelihood_features(context, m, 2)
+    req = next(step)
+    try:
+        while True:
+            req = step.send(backend.score([req])[0])
+    except StopIteration as stop:
+        return stop.value["lm_pmi"]
+
+
+def test_the_switch_config_is_a_ratio_threshold():
+    cfg = load_config("cpu-switch")
+    judge = make_judge(cfg.loom)
+    assert cfg.loom.judge == "hybrid" and judge.weights == {"lm_pmi_ratio": 1.0} and judge.uses_llm
+    assert 0 < -cfg.loom.bias < 1  # opens a box below that fraction of the conversation's median PMI
+
+
 def test_hybrid_conversation_pmi_skips_messages_after_a_session_change():
     from membox_local.backends.base import ScoreRequest
 
