@@ -40,20 +40,9 @@ def joins_only(dialogues, k: int = 2):
     """TIAGE dialogues played `k` at a time (as `segmentation.joined`), with only the joins as boundaries."""
     from membox_local.evaluation.segmentation import Dialogue
 
-    out = []
-    for d in joined(dialogues, k):
-        starts, n = [], 0
-        for part in dialogues_by_id(dialogues, d.id.split("+")):
-            if n:
-                starts.append(n)
-            n += len(part.messages)
-        out.append(Dialogue(d.id, d.messages, starts))
-    return out
-
-
-def dialogues_by_id(dialogues, ids):
-    table = {d.id: d for d in dialogues}
-    return [table[i] for i in ids]
+    lengths = {d.id: len(d.messages) for d in dialogues}
+    return [Dialogue(d.id, d.messages, [int(n) for n in np.cumsum([lengths[i] for i in d.id.split("+")])[:-1]])
+            for d in joined(dialogues, k)]
 
 
 def main() -> int:

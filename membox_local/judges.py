@@ -126,20 +126,21 @@ def likelihood_features(box: Sequence[Message], new: Message, window: int, knot:
 # Conversation-relative features: a cue's value minus its level over the conversation's last `history` messages,
 # so that a genre where every other turn is a question (a booking dialogue) or where the model predicts lines
 # less well is judged against itself rather than against the chit-chat the weights were fitted on.
-QUESTION_PRIOR = 0.35  # share of messages with a "?" assumed before a conversation has three earlier messages
+QUESTION_PRIOR = 0.35  # share of messages with a "?" assumed before a conversation has LEVEL_AFTER earlier messages
+LEVEL_AFTER = 3  # earlier values a conversation needs before it has a level (below: the features are neutral)
 # lm_pmi_ratio divides by the conversation's median PMI, but never by less than this (nats per token): a
 # conversation whose lines barely predict each other would otherwise make every ratio large and unstable
 PMI_FLOOR = 0.3
 
 
-def _median_or(values: Sequence[float], default: float, least: int = 3) -> float:
-    return float(np.median(values)) if len(values) >= least else default
+def _median_or(values: Sequence[float], default: float) -> float:
+    return float(np.median(values)) if len(values) >= LEVEL_AFTER else default
 
 
 def conversation_features(earlier: Sequence[Message], new: Message, last: Message) -> dict[str, float]:
     """Question and length cues of `new` and `last` (the open box's last message) against the conversation's
     level over `earlier` (its messages before `new`); neutral until there are three earlier messages."""
-    rate = float(np.mean(["?" in m.text for m in earlier])) if len(earlier) >= 3 else QUESTION_PRIOR
+    rate = float(np.mean(["?" in m.text for m in earlier])) if len(earlier) >= LEVEL_AFTER else QUESTION_PRIOR
     len_new, len_last = math.log1p(_words(new.text)), math.log1p(_words(last.text))
     level = _median_or([math.log1p(_words(m.text)) for m in earlier], len_new)
     return {"new_question_conv": float("?" in new.text) - rate, "last_question_conv": float("?" in last.text) - rate,
@@ -179,8 +180,8 @@ class HybridJudge(Judge):
         used = {k for k, w in self.weights.items() if w}
         self.uses_llm = bool(used & set(LM_FEATURES))
         self.uses_conversation = bool(used & set(CONV_FEATURES))
-        if self.uses_conversation and cfg.history < 3:
-            raise ValueError(f"[loom] history = {cfg.history}: the *_conv features need at least 3 earlier messages")
+        if self.uses_conversation and cfg.history < LEVEL_AFTER:
+            raise ValueError(f"[loom] history = {cfg.history}: the *_conv features need at least {LEVEL_AFTER} earlier messages")
         # the earlier messages' PMIs need their own `window` predecessors
         self.history = cfg.history + (cfg.window if self.uses_llm else 0) if self.uses_conversation else 0
         self._pmi: OrderedDict[tuple[str, str], float] = OrderedDict()
@@ -201,7 +202,7 @@ class HybridJudge(Judge):
             level = _median_or(earlier_pmis, lm["lm_pmi"])
             lm["lm_pmi_conv"] = lm["lm_pmi"] - level
             lm["lm_pmi_conv_low"] = min(lm["lm_pmi_conv"], 0.0)
-            lm["lm_pmi_ratio"] = lm["lm_pmi"] / max(PMI_FLOOR, level) if len(earlier_pmis) >= 3 else 1.0
+            lm["lm_pmi_ratio"] = lm["lm_pmi"] / max(PMI_FLOOR, level) if len(earlier_pmis) >= LEVEL_AFTER else 1.0
             feats.update(lm)
         return feats
 
