@@ -181,7 +181,8 @@ class HybridJudge(Judge):
         self.uses_llm = bool(used & set(LM_FEATURES))
         self.uses_conversation = bool(used & set(CONV_FEATURES))
         if self.uses_conversation and cfg.history < LEVEL_AFTER:
-            raise ValueError(f"[loom] history = {cfg.history}: the *_conv features need at least {LEVEL_AFTER} earlier messages")
+            raise ValueError(f"[loom] history = {cfg.history}: the *_conv features need at least {LEVEL_AFTER} "
+                             "earlier messages")
         # the earlier messages' PMIs need their own `window` predecessors
         self.history = cfg.history + (cfg.window if self.uses_llm else 0) if self.uses_conversation else 0
         self._pmi: OrderedDict[tuple[str, str], float] = OrderedDict()

@@ -59,7 +59,8 @@ class LlamaCppAdapter:
         return "root ::= " + " | ".join(json.dumps(label) for label in labels)
 
     @staticmethod
-    def score_plan(cached: list[int], tokens: list[int], start: int, n_batch: int) -> tuple[int, list[list[tuple[int, bool]]]]:
+    def score_plan(cached: list[int], tokens: list[int], start: int,
+                   n_batch: int) -> tuple[int, list[list[tuple[int, bool]]]]:
         """How to evaluate `tokens` (context, then the continuation from `start`) for a score request.
 
         Returns (keep, chunks): keep the first `keep` tokens already in the KV cache (`cached`: their longest
