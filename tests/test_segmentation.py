@@ -164,6 +164,17 @@ def judge_for(name, **loom):
     return make_judge(cfg.loom)
 
 
+def answer_pmi(context, m, backend):
+    """The judge's own likelihood features of `m` after `context`, answered by `backend`: its lm_pmi."""
+    step = likelihood_features(context, m, 2)
+    req = next(step)
+    try:
+        while True:
+            req = step.send(backend.score([req])[0])
+    except StopIteration as stop:
+        return stop.value["lm_pmi"]
+
+
 def test_all_judges_are_registered():
     assert set(JUDGES) == {"embedding", "hybrid", "llm", "llm-logprob", "authors"}
 
@@ -262,16 +273,7 @@ def test_hybrid_conversation_pmi_is_against_the_earlier_messages_median_and_reus
     scores = [r for r in reqs if isinstance(r, ScoreRequest)]
     # the new line (after the box and alone), then messages 2..5, each after its two predecessors and alone
     assert len(scores) == 2 + 2 * 4
-    def pmi(j):  # the judge's own likelihood features of message j after its two predecessors
-        step = likelihood_features(msgs[j - 2:j], msgs[j], 2)
-        req = next(step)
-        try:
-            while True:
-                req = step.send(backend.score([req])[0])
-        except StopIteration as stop:
-            return stop.value["lm_pmi"]
-
-    pmis = [pmi(j) for j in range(2, 7)]
+    pmis = [answer_pmi(msgs[j - 2:j], msgs[j], backend) for j in range(2, 7)]
     import numpy as np
     expected = pmis[-1] - float(np.median(pmis[:-1]))
     feats = judge.probability({"lm_pmi_conv": expected})
@@ -314,17 +316,6 @@ def test_hybrid_pmi_ratio_is_against_the_conversations_median_pmi_with_a_floor()
     judge = judge_for("hybrid", weights={"lm_pmi_ratio": 1.0}, bias=-0.4, history=4)
     decision, _ = drive(judge, msgs[4:6], msgs[6], backend=Flat(), earlier=msgs[:6])
     assert decision.score == pytest.approx(sigmoid(-0.4 + 0.1 / PMI_FLOOR)) and not decision.continues
-
-
-def answer_pmi(context, m, backend):
-    """The judge's own likelihood features of `m` after `context`, answered by `backend`: its lm_pmi."""
-    step = likelihood_features(context, m, 2)
-    req = next(step)
-    try:
-        while True:
-            req = step.send(backend.score([req])[0])
-    except StopIteration as stop:
-        return stop.value["lm_pmi"]
 
 
 def test_the_switch_config_is_a_ratio_threshold():
