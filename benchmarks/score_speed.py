@@ -24,21 +24,28 @@ import numpy as np
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from membox_local.backends.base import ScoreRequest, continuation_logprob  # noqa: E402
+from membox_local.backends.base import ScoreRequest, ScoreResult, Usage, continuation_logprob  # noqa: E402
 from membox_local.config import load_config  # noqa: E402
 from membox_local.evaluation.segmentation import load_dialogues  # noqa: E402
-from membox_local.prompts import DIALOGUE_HEADER, dialogue_context, dialogue_line  # noqa: E402
+from membox_local.judges import likelihood_features  # noqa: E402
 
 
-def judge_requests(dialogues, window: int) -> list[ScoreRequest]:
-    reqs = []
+def judge_requests(dialogues, window: int) -> tuple[list[ScoreRequest], int]:
+    """The score requests the hybrid judge's own `likelihood_features` asks for each message that has `window`
+    predecessors (its answers here are placeholders: only the requests matter), and how many messages."""
+    reqs, messages = [], 0
     for d in dialogues:
         m = d.messages
         for i in range(window, len(m)):
-            line = dialogue_line(m[i])
-            reqs += [ScoreRequest(dialogue_context(m[i - window:i]), line, "judge"),
-                     ScoreRequest(DIALOGUE_HEADER, line, "judge")]
-    return reqs
+            step, messages = likelihood_features(m[i - window:i], m[i], window), messages + 1
+            try:
+                req = next(step)
+                while True:
+                    reqs.append(req)
+                    req = step.send(ScoreResult(-1.0, 1, Usage("judge", 0, 0)))
+            except StopIteration:
+                pass
+    return reqs, messages
 
 
 def main() -> int:
@@ -55,7 +62,7 @@ def main() -> int:
     if cfg.llm.backend != "llamacpp":
         raise SystemExit(f"{args.config}: llm.backend is {cfg.llm.backend!r}; this compares llama.cpp scorers")
     dls = load_dialogues(Path(args.data_dir) / "segmentation" / "tiage_dev.json", args.limit)
-    reqs = judge_requests(dls, cfg.loom.window)
+    reqs, messages = judge_requests(dls, cfg.loom.window)
     backend = LlamaCppBackend(cfg.llm)
     threads = backend.llm.context_params.n_threads
     ref = Llama(model_path=backend.model_path, n_ctx=cfg.llm.score_ctx, n_threads=threads, n_threads_batch=threads,
@@ -76,7 +83,6 @@ def main() -> int:
     t_ref = time.perf_counter() - t0
 
     per_token = np.abs(np.array(ours) - np.array(theirs)) / np.array([len(c) for _, c in tok])
-    messages = len(reqs) // 2
     out = {"date": time.strftime("%Y-%m-%d"), "command": "python benchmarks/score_speed.py " + " ".join(sys.argv[1:]),
            "model": cfg.llm.model, "threads": threads, "dialogues": len(dls), "messages": messages,
            "requests": len(reqs), "s_per_message": {"backend": round(t_ours / messages, 3),
