@@ -106,7 +106,8 @@ class LlamaCppBackend(Backend):
         )
         self._grammars: dict[str, Any] = {}
         self.model_path = path
-        self._scorer = None  # a second instance keeping every position's logits, made on the first score request
+        self._scorer = None  # a second, small instance for score requests, made on the first one
+        self._scored: list[int] = []  # the tokens in the scorer's KV cache, in order
 
     # ---- helpers ---------------------------------------------------------------------------------
     def prompt_tokens(self, prompt: Prompt) -> list[int]:
@@ -213,7 +214,7 @@ class LlamaCppBackend(Backend):
             threads = self.cfg.n_threads or os.cpu_count() or 1
             self._scorer = Llama(model_path=self.model_path, n_ctx=self.cfg.score_ctx, n_threads=threads,
                                  n_threads_batch=threads, n_batch=self.cfg.n_batch, seed=self.cfg.seed, verbose=False)
-            self._scored: list[int] = []  # the tokens in the scorer's KV cache, in order
+            self._scored = []
         results = []
         for req in requests:
             ctx, cont = fit_score_tokens(self.tokenize(req.context, special=False),
