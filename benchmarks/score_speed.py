@@ -6,7 +6,8 @@ and computes next-token logits only where they predict the continuation; the ref
 from an empty cache with logits at every position (what the backend did before 2026-12-01, evening). Both run
 on the same requests, in the judge's order, with the same model and threads; the report gives seconds per
 message of each, their ratio, and how far the log-likelihoods differ per token (float noise from a different
-batch split).
+batch split). A third timing runs the same requests in `segmentation.score_order` (what the benchmarks' batch
+scoring uses): each bare-header request right before the request that starts with its text.
 
     python benchmarks/score_speed.py [--config cpu] [--limit 4]
 Writes runs/score-speed.json (benchmarks/results/score-speed.json is a saved copy).
@@ -24,28 +25,10 @@ import numpy as np
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from membox_local.backends.base import ScoreRequest, ScoreResult, Usage, continuation_logprob  # noqa: E402
+from membox_local.backends.base import continuation_logprob  # noqa: E402
 from membox_local.config import load_config  # noqa: E402
 from membox_local.evaluation.segmentation import load_dialogues  # noqa: E402
-from membox_local.judges import likelihood_features  # noqa: E402
-
-
-def judge_requests(dialogues, window: int) -> tuple[list[ScoreRequest], int]:
-    """The score requests the hybrid judge's own `likelihood_features` asks for each message that has `window`
-    predecessors (its answers here are placeholders: only the requests matter), and how many messages."""
-    reqs, messages = [], 0
-    for d in dialogues:
-        m = d.messages
-        for i in range(window, len(m)):
-            step, messages = likelihood_features(m[i - window:i], m[i], window), messages + 1
-            try:
-                req = next(step)
-                while True:
-                    reqs.append(req)
-                    req = step.send(ScoreResult(-1.0, 1, Usage("judge", 0, 0)))
-            except StopIteration:
-                pass
-    return reqs, messages
+from seg_cache import judge_order, score_order  # noqa: E402
 
 
 def main() -> int:
@@ -62,7 +45,11 @@ def main() -> int:
     if cfg.llm.backend != "llamacpp":
         raise SystemExit(f"{args.config}: llm.backend is {cfg.llm.backend!r}; this compares llama.cpp scorers")
     dls = load_dialogues(Path(args.data_dir) / "segmentation" / "tiage_dev.json", args.limit)
-    reqs, messages = judge_requests(dls, cfg.loom.window)
+    window = cfg.loom.window
+    reqs = [r for d in dls for per in judge_order(d.messages, window) for r in per]
+    batch = [r for d in dls for r in score_order(d.messages, window)]
+    messages = sum(max(0, len(d.messages) - window) for d in dls)
+    assert sorted(map(repr, batch)) == sorted(map(repr, reqs)), "score_order must ask the judge's requests"
     backend = LlamaCppBackend(cfg.llm)
     threads = backend.llm.context_params.n_threads
     ref = Llama(model_path=backend.model_path, n_ctx=cfg.llm.score_ctx, n_threads=threads, n_threads_batch=threads,
@@ -75,6 +62,9 @@ def main() -> int:
     ours = [r.logprob for r in backend.score(reqs)]
     t_ours = time.perf_counter() - t0
     t0 = time.perf_counter()
+    batched = dict(zip(map(repr, batch), (r.logprob for r in backend.score(batch))))
+    t_batch = time.perf_counter() - t0
+    t0 = time.perf_counter()
     theirs = []
     for ctx, cont in tok:
         ref.reset()
@@ -82,12 +72,17 @@ def main() -> int:
         theirs.append(continuation_logprob(ref.scores[:len(ctx) + len(cont)], len(ctx), ctx + cont))
     t_ref = time.perf_counter() - t0
 
-    per_token = np.abs(np.array(ours) - np.array(theirs)) / np.array([len(c) for _, c in tok])
+    tokens = np.array([len(c) for _, c in tok])
+    per_token = np.abs(np.array(ours) - np.array(theirs)) / tokens
+    batch_diff = np.abs(np.array(ours) - np.array([batched[repr(r)] for r in reqs])) / tokens
     out = {"date": time.strftime("%Y-%m-%d"), "command": "python benchmarks/score_speed.py " + " ".join(sys.argv[1:]),
            "model": cfg.llm.model, "threads": threads, "dialogues": len(dls), "messages": messages,
            "requests": len(reqs), "s_per_message": {"backend": round(t_ours / messages, 3),
+                                                     "backend_batch_order": round(t_batch / messages, 3),
                                                      "from_scratch_reference": round(t_ref / messages, 3)},
-           "speedup": round(t_ref / t_ours, 2),
+           "speedup": round(t_ref / t_ours, 2), "batch_order_speedup": round(t_ours / t_batch, 2),
+           "batch_vs_judge_order_abs_logprob_diff_per_token": {"max": round(float(batch_diff.max()), 4),
+                                                               "mean": round(float(batch_diff.mean()), 5)},
            "abs_logprob_diff_per_token": {"max": round(float(per_token.max()), 4),
                                           "mean": round(float(per_token.mean()), 5)}}
     (REPO / "runs").mkdir(exist_ok=True)

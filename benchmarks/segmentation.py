@@ -9,7 +9,8 @@
                                                # conversation-relative *_conv; --history N sets loom.history), and
                                                # with --join also fitted/chosen on TIAGE dialogues joined in pairs:
                                                # the default since 2026-12-01. LLM scores are cached in
-                                               # runs/segmentation/lm-scores.jsonl (resumable; ~1.5 h here)
+                                               # benchmarks/cache/ (committed, text-free; missing ones ~0.6 s
+                                               # per message here, resumable)
     python benchmarks/segmentation.py auc      # teacher-forced ROC AUC of each feature
     python benchmarks/segmentation.py speed --also CONFIG.toml ...   # seconds per message, side by side
 
@@ -31,119 +32,14 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from membox_local.config import Config, load_config  # noqa: E402
-from membox_local.embed import Embedder, make_embedder  # noqa: E402
+from membox_local.embed import make_embedder  # noqa: E402
 from membox_local.evaluation.segmentation import (box_sizes, evaluate, load_dialogues,  # noqa: E402
                                                   run_segmenter)
-from membox_local.backends.base import Backend, ScoreRequest, ScoreResult, Usage  # noqa: E402
-from membox_local.judges import CONV_FEATURES, FEATURES, LM_FEATURES, likelihood_features  # noqa: E402
+from membox_local.backends.base import Backend, ScoreRequest  # noqa: E402
+from membox_local.judges import CONV_FEATURES, FEATURES, LM_FEATURES  # noqa: E402
+from seg_cache import LookupEmbedder, ScoreCache, answer, precompute_scores  # noqa: E402
 
 RUNS = REPO / "runs" / "segmentation"
-
-
-class LookupEmbedder(Embedder):
-    """Vectors computed once for every text of the benchmark; unknown texts go to the real model."""
-
-    def __init__(self, cfg: Config, texts: list[str], cache: Path):
-        self.cfg = cfg
-        self.table: dict[str, np.ndarray] = {}
-        self._model = None
-        if cache.exists():
-            z = np.load(cache, allow_pickle=False)
-            if str(z["model"]) == cfg.embedder.model:
-                self.table = dict(zip(z["texts"].tolist(), z["vecs"]))
-        missing = sorted(set(texts) - set(self.table))
-        if missing:
-            t0 = time.time()
-            vecs = self.model.encode(missing)
-            print(f"embedded {len(missing)} texts in {time.time() - t0:.0f}s", file=sys.stderr)
-            self.table.update(zip(missing, vecs))
-            cache.parent.mkdir(parents=True, exist_ok=True)
-            keys = list(self.table)
-            np.savez(cache, model=cfg.embedder.model, texts=np.array(keys), vecs=np.stack([self.table[k] for k in keys]))
-        self.model_name = cfg.embedder.model
-        self.dim = len(next(iter(self.table.values())))
-
-    @property
-    def model(self) -> Embedder:
-        if self._model is None:
-            self._model = make_embedder(self.cfg.embedder)
-        return self._model
-
-    def encode(self, texts):
-        missing = [t for t in texts if t not in self.table]
-        if missing:
-            self.table.update(zip(missing, self.model.encode(missing)))
-        return np.stack([self.table[t] for t in texts]).astype(np.float32) if texts else np.zeros((0, self.dim))
-
-
-class ScoreCache(Backend):
-    """Score requests answered from runs/segmentation/lm-scores.jsonl; missing ones go to the config's model
-    and are appended (so a long scoring run resumes where it stopped). Other request kinds are refused."""
-
-    name = "score-cache"
-
-    def __init__(self, cfg: Config, path: Path = RUNS / "lm-scores.jsonl"):
-        self.cfg, self.path, self.model = cfg, path, cfg.llm.model
-        self.table: dict[tuple[str, str], tuple[float, int]] = {}
-        self._backend = None
-        self.computed = 0
-        if path.exists():
-            for line in path.open(encoding="utf-8"):
-                r = json.loads(line)
-                if r["model"] == self.model:
-                    self.table[(r["context"], r["continuation"])] = (r["logprob"], r["tokens"])
-
-    def score_batch(self, requests):
-        out = []
-        for req in requests:
-            key = (req.context, req.continuation)
-            if key not in self.table:
-                if self._backend is None:
-                    from membox_local.backends import make_backend
-
-                    self._backend = make_backend(self.cfg.llm)
-                res = self._backend.score([req])[0]
-                self.table[key] = (res.logprob, res.tokens)
-                self.path.parent.mkdir(parents=True, exist_ok=True)
-                with self.path.open("a", encoding="utf-8") as fh:
-                    fh.write(json.dumps({"model": self.model, "context": req.context, "continuation": req.continuation,
-                                         "logprob": res.logprob, "tokens": res.tokens}) + "\n")
-                self.computed += 1
-                if self.computed % 100 == 0:
-                    print(f"  scored {self.computed} new texts ({len(self.table)} cached)", file=sys.stderr, flush=True)
-            lp, n = self.table[key]
-            out.append(ScoreResult(lp, n, Usage(req.stage, 0, 0)))
-        return out
-
-    def label_batch(self, requests):
-        raise NotImplementedError("ScoreCache answers score requests only")
-
-    json_batch = text_batch = label_batch
-
-
-def answer(step, backend: Backend | None, emb: Embedder | None = None):
-    """Run a judge step to its value: score requests go to `backend`, embedding requests to `emb`."""
-    from membox_local.requests import EmbedRequest
-
-    try:
-        req = next(step)
-        while True:
-            req = step.send(emb.encode(list(req.texts)) if isinstance(req, EmbedRequest) else backend.score([req])[0])
-    except StopIteration as stop:
-        return stop.value
-
-
-def precompute_scores(groups, backend: ScoreCache, window: int, label: str) -> None:
-    """Score every message that could be judged (it has `window` earlier messages in its dialogue/session):
-    with min_box_messages >= window the judge's context is always the previous `window` messages, so this
-    covers every decision of every setting, teacher-forced or online."""
-    todo = [(msgs[i - window:i], msgs[i]) for msgs in groups for i in range(window, len(msgs))]
-    t0 = time.time()
-    for n, (ctx, m) in enumerate(todo, 1):
-        answer(likelihood_features(ctx, m, window), backend)
-        if n % 200 == 0 or n == len(todo):
-            print(f"{label}: {n}/{len(todo)} messages scored or cached ({time.time() - t0:.0f}s)", file=sys.stderr,
-                  flush=True)
 
 
 def joined(dialogues, k: int):
@@ -369,7 +265,7 @@ def cmd_fit_lm(args) -> int:
     (min_box 2, LoCoMo 4-8 messages per box). With --join K, the MiniLM-only sets `cos` and `all` are candidates
     too, every fit uses the train dialogues joined K at a time, and the choice the mean objective on TIAGE dev as it
     is and joined K at a time. The config's current judge and the embedding judge are measured on the same subsets
-    for comparison. Scores: runs/segmentation/lm-scores.jsonl; results: fit-lm[-join].json and .md."""
+    for comparison. Scores: benchmarks/cache/lm-scores-<model>.tsv; results: fit-lm[-join].json and .md."""
     from membox_local.ingest import load_locomo
 
     data = Path(args.data_dir)
@@ -461,7 +357,6 @@ def cmd_speed(args) -> int:
     """Seconds per message of each judge, side by side in one process on the same dialogues, with the real
     models loaded once and warmed up beforehand (no caches: every embedding and score is computed)."""
     from membox_local.backends import make_backend
-    from membox_local.embed import make_embedder
 
     dls = load_dialogues(Path(args.data_dir) / "segmentation" / "tiage_dev.json", args.limit)
     base = load_config(args.config)

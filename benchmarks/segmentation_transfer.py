@@ -1,7 +1,7 @@
 """Why a judge chosen on TIAGE does not transfer to DialSeg711, and the hard-switch judge that does.
 
 Measured on TIAGE dev (annotated shifts), TIAGE dev joined in pairs with only the joins as boundaries, and
-DialSeg711's first dialogues (LLM scores from runs/segmentation/lm-scores.jsonl, computed if missing):
+DialSeg711's first dialogues (LLM scores from benchmarks/cache/, computed if missing):
 
 1. `bias`: the default judge (configs/cpu.toml) with its bias moved. If DialSeg711's over-segmentation were a
    matter of level (the same ranking, a threshold in the wrong place), some offset would fix it there.
@@ -32,8 +32,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from segmentation import (RUNS, LookupEmbedder, ScoreCache, joined, load_config, load_dialogues,  # noqa: E402
-                          locomo_sizes, no_boundaries, objective, run, with_loom)
+from seg_cache import LookupEmbedder, ScoreCache  # noqa: E402
+from segmentation import (RUNS, joined, load_config, load_dialogues, locomo_sizes, no_boundaries,  # noqa: E402
+                          objective, run, with_loom)
 
 
 def joins_only(dialogues, k: int = 2):
