@@ -1,7 +1,7 @@
 """The segmentation benchmarks' caches and batch scoring: MiniLM vectors computed once per text
-(runs/segmentation/vectors.npz) and LLM scores kept in a committed, text-free file
-(benchmarks/cache/lm-scores-<model>.tsv), so a rerun does not spend hours re-scoring; plus the order in which a
-batch asks the judge's score requests so that the llama.cpp scorer reuses each prefix.
+(runs/segmentation/vectors.npz), LLM scores kept in a committed, text-free file
+(benchmarks/cache/lm-scores-<backend>-<model>.tsv) so that a rerun does not spend hours re-scoring, and the
+order in which a batch asks the judge's score requests so that the llama.cpp scorer reuses each prefix.
 """
 from __future__ import annotations
 
@@ -66,7 +66,7 @@ def score_key(context: str, continuation: str) -> str:
 
 
 class ScoreCache(Backend):
-    """Score requests answered from benchmarks/cache/lm-scores-<model>.tsv (committed, so that a rerun does
+    """Score requests answered from benchmarks/cache/lm-scores-<backend>-<model>.tsv (committed, so a rerun does
     not spend hours re-scoring); missing ones go to the config's model and are appended, so a long scoring run
     resumes where it stopped. Rows are `key<TAB>logprob<TAB>tokens`, the key a hash of the request's text
     (`score_key`). Other request kinds are refused."""
@@ -75,7 +75,7 @@ class ScoreCache(Backend):
 
     def __init__(self, cfg: Config, path: Path | None = None, backend: Backend | None = None):
         self.cfg, self.model = cfg, cfg.llm.model
-        self.path = path or SCORE_CACHE / f"lm-scores-{self.model}.tsv"
+        self.path = path or SCORE_CACHE / f"lm-scores-{cfg.llm.backend}-{self.model}.tsv"
         self.table: dict[str, tuple[float, int]] = {}
         self._backend = backend  # default: the config's model, loaded at the first missing score
         self.computed = 0
@@ -108,8 +108,8 @@ class ScoreCache(Backend):
                 self.path.parent.mkdir(parents=True, exist_ok=True)
                 with self.path.open("a", encoding="utf-8") as fh:
                     if new_file:
-                        fh.write(f"# LLM scores of {self.model} (llama.cpp): sha256(context NUL continuation)[:24], "
-                                 "log-likelihood of the continuation, its tokens. Written by benchmarks/segmentation.py\n")
+                        fh.write(f"# LLM scores of {self.model} ({self.cfg.llm.backend}): sha256(context NUL continuation)[:24], "
+                                 "log-likelihood of the continuation, its tokens. Written by benchmarks/seg_cache.py\n")
                     fh.write(f"{key}\t{res.logprob!r}\t{res.tokens}\n")
                 self.computed += 1
                 if self.computed % 100 == 0:
@@ -178,7 +178,7 @@ def precompute_scores(groups, backend: ScoreCache, window: int, label: str) -> N
     for msgs in groups:
         for req in score_order(msgs, window):
             backend.score([req])
-        done += max(0, len(msgs) - window)
-        if done // 200 != (done - len(msgs) + window) // 200 or done == total:
+        before, done = done, done + max(0, len(msgs) - window)
+        if before // 200 != done // 200 or done == total:
             print(f"{label}: {done}/{total} messages scored or cached ({time.time() - t0:.0f}s)", file=sys.stderr,
                   flush=True)

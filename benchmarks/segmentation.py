@@ -265,7 +265,7 @@ def cmd_fit_lm(args) -> int:
     (min_box 2, LoCoMo 4-8 messages per box). With --join K, the MiniLM-only sets `cos` and `all` are candidates
     too, every fit uses the train dialogues joined K at a time, and the choice the mean objective on TIAGE dev as it
     is and joined K at a time. The config's current judge and the embedding judge are measured on the same subsets
-    for comparison. Scores: benchmarks/cache/lm-scores-<model>.tsv; results: fit-lm[-join].json and .md."""
+    for comparison. Scores: benchmarks/cache/lm-scores-<backend>-<model>.tsv; results: fit-lm[-join].json and .md."""
     from membox_local.ingest import load_locomo
 
     data = Path(args.data_dir)
