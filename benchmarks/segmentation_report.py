@@ -5,8 +5,8 @@
 SPEC is a config name or file, optionally with a judge: `cpu` (the default, hybrid with the LLM's PMI),
 `cpu-switch`, `cpu-minilm`, `cpu:embedding` (configs/cpu.toml with loom.judge = embedding). Default: those four,
 on ../shared/data/segmentation/dialseg711_test.json. Every decision goes through the Loom's online rule
-(`evaluate`), as in `membox eval segmentation`; scores missing from the cache are computed (about 0.7 s per
-DialSeg711 message here) and appended to it, so a long run resumes where it stopped.
+(`evaluate`), as in `membox eval segmentation`; scores missing from the cache are computed first (about 0.7 s
+per DialSeg711 message here) and appended to it, so a long run resumes where it stopped.
 
 --cached-only measures the longest run of leading dialogues whose every score is cached and computes nothing:
 the figure for "the first N dialogues" while a scoring run is still going. Nothing is fitted here.
@@ -23,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from seg_cache import LookupEmbedder, ScoreCache, judge_order  # noqa: E402
+from seg_cache import LookupEmbedder, ScoreCache, judge_order, precompute_scores  # noqa: E402
 from segmentation import REPO, RUNS, load_config, load_dialogues, no_boundaries  # noqa: E402
 
 DEFAULT_SPECS = ["cpu", "cpu-switch", "cpu-minilm", "cpu:embedding"]
@@ -77,6 +77,9 @@ def main() -> int:
             n = min(cached_prefix(dls, scorer, w) for w in windows)
             print(f"{Path(path).name}: the first {n} of {len(dls)} dialogues have every score cached", file=sys.stderr)
             dls = dls[:n]
+        elif scorer is not None:  # missing scores first, in the order that reuses each prefix
+            for w in windows:
+                precompute_scores([d.messages for d in dls], scorer, w, Path(path).name)
         if not dls:
             raise SystemExit(f"{path}: no dialogue to measure")
         emb = LookupEmbedder(base, [m.text for d in dls for m in d.messages], RUNS / "vectors.npz")
