@@ -69,18 +69,22 @@ def objective(s: dict) -> float:
     return ((1 - s["pk"]) + (1 - s["wd"])) / 2 + s["f1"]
 
 
-def teacher_forced(dialogues, emb: LookupEmbedder, lc, min_box: int, scorer: Backend | None = None):
+def teacher_forced(dialogues, emb: LookupEmbedder, lc, min_box: int, scorer: Backend | None = None,
+                   vectors: bool = False):
     """(features, continues) for every turn judged with the reference segment so far as the open box and the
     dialogue's earlier turns as its history, computed by the hybrid judge's own code (`lc`: a LoomConfig; its
-    window, history and lm_knot). Likelihood features (lm_*) come from `scorer`; without one they are 0."""
+    window, history and lm_knot). Likelihood features (lm_*) come from `scorer`; without one they are 0.
+    With `vectors`, also each judged message's embedding (what the `content` feature reads)."""
     import copy
 
     from membox_local.judges import HybridJudge
 
     lc = copy.deepcopy(lc)
-    lc.weights = {f: 1.0 for f in FEATURES if scorer is not None or f not in LM_FEATURES}
+    lc.switch_ratio = 0.0
+    # every feature but `content`, which needs a fitted vector (benchmarks/segmentation_content.py adds it)
+    lc.weights = {f: 1.0 for f in FEATURES if f != "content" and (scorer is not None or f not in LM_FEATURES)}
     judge = HybridJudge(lc)
-    X, y = [], []
+    X, y, V = [], [], []
     for d in dialogues:
         starts = set(d.boundaries)
         seg_start = 0
@@ -90,9 +94,12 @@ def teacher_forced(dialogues, emb: LookupEmbedder, lc, min_box: int, scorer: Bac
                                           d.messages[max(0, i - judge.history):i]), scorer, emb)
                 X.append([f.get(k, 0.0) for k in FEATURES])
                 y.append(i not in starts)
+                if vectors:
+                    V.append(emb.encode([d.messages[i].text])[0])
             if i in starts:
                 seg_start = i
-    return np.array(X, dtype=np.float64), np.array(y, dtype=int)
+    X, y = np.array(X, dtype=np.float64), np.array(y, dtype=int)
+    return (X, y, np.array(V, dtype=np.float64)) if vectors else (X, y)
 
 
 def fit_logistic(X: np.ndarray, y: np.ndarray, names: list[str], C: float = 1.0) -> tuple[dict[str, float], float]:
@@ -142,11 +149,11 @@ FEATURE_SETS = {
     "cos+rel+context": ["cos_last", "cos_prev", "cos_window", "cos_box", "cohesion", "rel_last", "rel_window",
                         "max_box", "last_question", "box_age"],
     # speakers alternate in TIAGE
-    "all": [f for f in FEATURES if f != "speaker_change" and f not in LM_FEATURES + CONV_FEATURES],
-    "all-noage": [f for f in FEATURES if f not in ("speaker_change", "box_age") + LM_FEATURES + CONV_FEATURES],
+    "all": [f for f in FEATURES if f not in ("speaker_change", "content") + LM_FEATURES + CONV_FEATURES],
+    "all-noage": [f for f in FEATURES if f not in ("speaker_change", "box_age", "content") + LM_FEATURES + CONV_FEATURES],
     # "all" with its question and length cues taken against the conversation's own level (*_conv)
-    "conv": [f for f in FEATURES if f not in ("speaker_change", "new_question", "last_question", "len_new", "len_last")
-             + LM_FEATURES + CONV_FEATURES] + ["new_question_conv", "last_question_conv", "len_new_conv", "len_last_conv"],
+    "conv": [f for f in FEATURES if f not in ("speaker_change", "new_question", "last_question", "len_new", "len_last",
+                                              "content") + LM_FEATURES + CONV_FEATURES] + ["new_question_conv", "last_question_conv", "len_new_conv", "len_last_conv"],
 }
 LM_FEATURE_SETS = {
     "lm": ["lm_pmi", "lm_cond", "lm_pmi_low"],

@@ -75,6 +75,13 @@ class LoomConfig:
     lm_knot: float = 1.0
     # hybrid judge, *_conv features: how many of the conversation's earlier messages set its own level
     history: int = 30
+    # hybrid judge, `content` feature: a JSON file with a vector fitted for the embedder (relative paths are
+    # taken from configs/); `content` = that vector . the new message's unit embedding (what a line that
+    # opens a topic looks like), fitted by `python benchmarks/segmentation_content.py`
+    content_vector: str = ""
+    # hybrid judge: a box also opens whenever lm_pmi_ratio (the new line's PMI over the conversation's median)
+    # falls below this, whatever the logistic says (hard switches); 0 turns the rule off
+    switch_ratio: float = 0.0
 
 
 @dataclass

@@ -4,19 +4,22 @@ A judge's `decide` is a generator step: it may yield requests (embeddings, a lab
 returns a `Decision`. New judges subclass `Judge` and register in JUDGES. Every judge sees the open box, the new
 message and, if it asks for them (`Judge.history`), the conversation's messages just before it: online, never a
 later message. Thresholds and weights come from LoomConfig and are fitted on TIAGE train/dev by
-`benchmarks/segmentation.py fit` and `fit-lm` (see BENCHMARKS.md, "Topic segmentation").
+`benchmarks/segmentation.py fit` and `fit-lm`, and the CPU default's by `benchmarks/segmentation_content.py`
+(see BENCHMARKS.md, "Topic segmentation").
 """
 from __future__ import annotations
 
+import json
 import math
 from collections import OrderedDict
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Sequence
 
 import numpy as np
 
 from .backends.base import BackendError, LabelRequest, ScoreRequest
-from .config import LoomConfig
+from .config import CONFIG_DIR, LoomConfig
 from .prompts import (CONTINUITY_LABELS, DIALOGUE_HEADER, authors_continuity_prompt, continuity_prompt,
                       dialogue_context, dialogue_line)
 from .records import Message
@@ -152,7 +155,28 @@ CONV_FEATURES = ("new_question_conv", "last_question_conv", "len_new_conv", "len
                  "lm_pmi_conv_low", "lm_pmi_ratio")
 FEATURES = ("cos_last", "cos_prev", "cos_window", "cos_box", "cohesion", "rel_last", "rel_window", "max_box",
             "speaker_change", "new_question", "last_question", "len_new", "len_last", "box_age",
-            "new_question_conv", "last_question_conv", "len_new_conv", "len_last_conv") + LM_FEATURES
+            "new_question_conv", "last_question_conv", "len_new_conv", "len_last_conv", "content") + LM_FEATURES
+
+
+def load_content_vector(name: str) -> np.ndarray:
+    """The `content` feature's vector from its JSON file ({"embedder", "vector", ...}); a relative path is
+    looked up in configs/ first, then in the working directory."""
+    if not name:
+        raise ValueError("the hybrid feature 'content' needs [loom] content_vector (a JSON file fitted by "
+                         "`python benchmarks/segmentation_content.py`, e.g. content/tiage-all-minilm-l6-v2.json)")
+    p = Path(name)
+    candidates = [p] if p.is_absolute() else [CONFIG_DIR / p, p]
+    path = next((c for c in candidates if c.exists()), None)
+    if path is None:
+        raise ValueError(f"[loom] content_vector: {name!r} not found (looked at {', '.join(map(str, candidates))})")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        vec = np.asarray(data["vector"], dtype=np.float32)
+    except (ValueError, KeyError, TypeError) as e:
+        raise ValueError(f"{path}: not a content vector file (needs a JSON object with a list 'vector'): {e}") from None
+    if vec.ndim != 1 or not len(vec) or not np.all(np.isfinite(vec)):
+        raise ValueError(f"{path}: 'vector' must be a non-empty list of finite numbers")
+    return vec
 
 
 class HybridJudge(Judge):
@@ -163,7 +187,11 @@ class HybridJudge(Judge):
     features compare with the conversation's last `history` messages (`conversation_features`; `lm_pmi_conv` is
     the new message's PMI minus the median PMI of those messages, each after its own two predecessors;
     `lm_pmi_ratio` the PMI divided by that median: scale-free, so one threshold on it alone, fitted on TIAGE
-    dialogues joined end to end, finds hard switches in conversations of any genre: configs/cpu-switch.toml)."""
+    dialogues joined end to end, finds hard switches in conversations of any genre: configs/cpu-switch.toml).
+    `content` is a fitted vector dotted with the new message's embedding ([loom] content_vector): what a line
+    that opens a topic looks like, beyond the bare "?" cue. With [loom] switch_ratio > 0 a box also opens
+    whenever lm_pmi_ratio falls below it (label "switch"), so one judge sees shifts inside a chat through the
+    logistic and hard switches between unrelated exchanges through the ratio: configs/cpu.toml."""
 
     name = "hybrid"
     PMI_CACHE = 50_000  # PMIs kept for reuse as later messages' history (least recently used dropped)
@@ -178,8 +206,11 @@ class HybridJudge(Judge):
             raise ValueError(f"[loom] weights: unknown hybrid feature(s) {unknown}; known: {list(FEATURES)}")
         self.weights = {k: float(v) for k, v in cfg.weights.items()}
         used = {k for k, w in self.weights.items() if w}
+        if cfg.switch_ratio:  # the switch rule reads lm_pmi_ratio whatever its weight
+            used.add("lm_pmi_ratio")
         self.uses_llm = bool(used & set(LM_FEATURES))
         self.uses_conversation = bool(used & set(CONV_FEATURES))
+        self.content = load_content_vector(cfg.content_vector) if "content" in used else None
         if self.uses_conversation and cfg.history < LEVEL_AFTER:
             raise ValueError(f"[loom] history = {cfg.history}: the *_conv features need at least {LEVEL_AFTER} "
                              "earlier messages")
@@ -192,6 +223,12 @@ class HybridJudge(Judge):
         vecs = yield EmbedRequest(tuple(m.text for m in box) + (new.text,))
         vecs = np.asarray(vecs, dtype=np.float32)
         feats = hybrid_features(vecs[:-1], vecs[-1], box, new, self.cfg.window)
+        if self.content is not None:
+            if len(self.content) != vecs.shape[1]:
+                raise ValueError(f"[loom] content_vector {self.cfg.content_vector!r} has {len(self.content)} "
+                                 f"dimensions, the embedder gives {vecs.shape[1]}: fit one for this embedder "
+                                 "(benchmarks/segmentation_content.py) or drop the 'content' weight")
+            feats["content"] = float(self.content @ vecs[-1])
         if self.uses_conversation:
             feats.update(conversation_features(list(earlier)[-self.cfg.history:], new, box[-1]))
         if self.uses_llm:
@@ -234,7 +271,10 @@ class HybridJudge(Judge):
 
     def decide(self, recent, new, earlier=()):
         feats = yield from self.features(recent, new, earlier)
-        return _threshold_decision(self.probability(feats), 0.5)
+        p = self.probability(feats)
+        if self.cfg.switch_ratio and feats["lm_pmi_ratio"] < self.cfg.switch_ratio:
+            return Decision(False, "switch", p)  # a hard switch: the box's lines do not predict the new one
+        return _threshold_decision(p, 0.5)
 
 
 # ---- LLM judges -----------------------------------------------------------------------------------

@@ -19,7 +19,8 @@ class FakeEmbedder(Embedder):
     """Bag of hashed words: texts sharing words are similar, others near-orthogonal."""
 
     model_name = "fake-bow"
-    dim = 256
+    dim = 384  # as all-MiniLM-L6-v2, so that configs with a fitted content vector (configs/cpu.toml) run here
+    buckets = 256  # words hash into the first 256 dimensions: the doubles' cosines are calibrated for that
 
     def __init__(self):
         self.calls = 0
@@ -34,7 +35,7 @@ class FakeEmbedder(Embedder):
                 if w in STOP:
                     continue
                 h = int(hashlib.md5(w.encode()).hexdigest(), 16)
-                out[i, h % self.dim] += 1.0
+                out[i, h % self.buckets] += 1.0
             n = np.linalg.norm(out[i])
             out[i] = out[i] / n if n else out[i]
         if len(texts) == 0:

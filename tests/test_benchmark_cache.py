@@ -57,3 +57,27 @@ def test_score_cache_keeps_no_text_and_answers_a_rerun_without_the_model(tmp_pat
     path.write_text("\n".join(rows[:-1] + [rows[-1].rsplit("\t", 1)[0]]) + "\n")
     cut = ScoreCache(cfg, path, backend=fake)
     assert "malformed row" in capsys.readouterr().err and len(cut.table) == len(again.table) - 1
+
+
+def test_the_content_fit_gives_constant_embedding_dimensions_no_weight_and_keeps_the_logit():
+    """benchmarks/segmentation_content.py: the fitted model in the features' own units reproduces the standardised
+    model's logit, and a dimension that never varies (MiniLM has a few) gets weight 0, not 1e9."""
+    import numpy as np
+    from sklearn.linear_model import LogisticRegression
+
+    from membox_local.judges import FEATURES
+    from segmentation_content import CUES, content_logit, fit_content
+
+    rng = np.random.default_rng(0)
+    n = 400
+    X = np.zeros((n, len(FEATURES)))
+    X[:, [FEATURES.index(f) for f in CUES]] = rng.normal(size=(n, len(CUES)))
+    V = rng.normal(size=(n, 6))
+    V[:, 2] = 0.25  # constant
+    y = (X[:, FEATURES.index("cos_last")] + V[:, 0] + rng.normal(scale=0.5, size=n) > 0).astype(int)
+    ws, wn, b = fit_content(X, y, V, C=1.0)
+    assert wn[2] == 0 and np.all(np.isfinite(wn)) and wn[0] > 0 and ws[CUES.index("cos_last")] > 0
+    A = np.hstack([X[:, [FEATURES.index(f) for f in CUES]], np.delete(V, 2, axis=1)])
+    mu, sd = A.mean(axis=0), A.std(axis=0)
+    ref = LogisticRegression(C=1.0, max_iter=5000).fit((A - mu) / sd, y).decision_function((A - mu) / sd)
+    assert np.allclose(content_logit((ws, wn, b), X, V), ref, atol=1e-6)

@@ -95,9 +95,9 @@ def test_membox_demo_builds_shows_and_answers(tmp_path, capsys):
 
 @pytest.mark.parametrize("config", ["cpu", "cpu-switch"])
 def test_the_cpu_judges_score_lines_with_the_real_model(config):
-    """configs/cpu.toml's judge (MiniLM cues + the LLM's PMI against the conversation's level) and
-    configs/cpu-switch.toml's (the PMI's ratio to the conversation's median), here over SmolLM2 through
-    llama.cpp: decisions only, on the demo conversation."""
+    """configs/cpu.toml's judge (MiniLM cues, the fitted content vector, the LLM's PMI against the
+    conversation's level, and the hard-switch rule) and configs/cpu-switch.toml's (the PMI's ratio to the
+    conversation's median alone), here over SmolLM2 through llama.cpp: decisions only, on the demo conversation."""
     from membox_local.evaluation.segmentation import box_sizes, run_segmenter
     from membox_local.judges import make_judge
 
@@ -109,7 +109,7 @@ def test_the_cpu_judges_score_lines_with_the_real_model(config):
     conv = msgs[0].conversation_id
     decisions, facts = run_segmenter(cfg, {conv: [m for m in msgs if m.conversation_id == conv]}, judge=judge)
     dec = decisions[conv]
-    judged = [d for d in dec if d.label in ("yes", "no")]
+    judged = [d for d in dec if d.label in ("yes", "no", "switch")]
     assert judged and all(0.0 <= d.score <= 1.0 for d in judged)
     assert facts["llm_usage"]["judge"]["calls"] >= 2 * len(judged)  # two score requests per judged message
     assert 2 <= box_sizes(decisions)[conv] <= (12 if config == "cpu" else cfg.loom.max_box_messages)

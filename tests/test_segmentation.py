@@ -160,6 +160,8 @@ def conv(texts):
 
 
 def judge_for(name, **loom):
+    """configs/cpu.toml's [loom] with `name` as the judge and `loom` set; the hard-switch rule off unless set."""
+    loom = {"switch_ratio": 0.0, **loom}
     cfg = load_config("cpu", {"loom.judge": name, **{f"loom.{k}": v for k, v in loom.items()}})
     return make_judge(cfg.loom)
 
@@ -214,7 +216,7 @@ def test_hybrid_features_and_weight_errors():
     with pytest.raises(StopIteration) as stop:
         step.send(FakeEmbedder().encode(req.texts))
     feats = stop.value.value
-    assert set(feats) == set(FEATURES) - set(LM_FEATURES) - set(CONV_FEATURES) and feats["speaker_change"] == 1.0 and feats["last_question"] == 0.0
+    assert set(feats) == set(FEATURES) - set(LM_FEATURES) - set(CONV_FEATURES) - {"content"} and feats["speaker_change"] == 1.0 and feats["last_question"] == 0.0
     assert feats["rel_last"] == pytest.approx(feats["cos_last"] - feats["cohesion"])
     with pytest.raises(ValueError, match="unknown hybrid feature"):
         judge_for("hybrid", weights={"vibes": 1.0})
@@ -323,6 +325,78 @@ def test_the_switch_config_is_a_ratio_threshold():
     judge = make_judge(cfg.loom)
     assert cfg.loom.judge == "hybrid" and judge.weights == {"lm_pmi_ratio": 1.0} and judge.uses_llm
     assert 0 < -cfg.loom.bias < 1  # opens a box below that fraction of the conversation's median PMI
+
+
+def write_vector(path, vec):
+    path.write_text(json.dumps({"embedder": "fake-bow", "vector": [float(x) for x in vec]}))
+    return str(path)
+
+
+def test_hybrid_content_feature_is_the_fitted_vector_against_the_new_message(tmp_path):
+    import numpy as np
+
+    new = Message("c", "3", "B", "Do you like cars?")
+    vec = FakeEmbedder().encode([CARS[0]])[0]  # "what a topic-opening line looks like": the car words
+    judge = judge_for("hybrid", weights={"content": -4.0}, bias=1.0, content_vector=write_vector(tmp_path / "v.json", vec))
+    assert not judge.uses_llm
+    step = judge.features(conv(GARDEN[:3]), new)
+    req = next(step)
+    vecs = FakeEmbedder().encode(req.texts)
+    with pytest.raises(StopIteration) as stop:
+        step.send(vecs)
+    assert stop.value.value["content"] == pytest.approx(float(np.dot(vec, vecs[-1])))
+    # a car line scores high on the vector and opens a box; a garden line does not
+    assert not drive(judge, conv(GARDEN[:3]), Message("c", "3", "B", CARS[0]))[0].continues
+    assert drive(judge, conv(GARDEN[:3]), Message("c", "3", "B", GARDEN[3]))[0].continues
+
+
+def test_hybrid_content_vector_errors_say_what_to_do(tmp_path):
+    with pytest.raises(ValueError, match="needs \\[loom\\] content_vector"):
+        judge_for("hybrid", weights={"content": 1.0}, content_vector="")
+    with pytest.raises(ValueError, match="not found"):
+        judge_for("hybrid", weights={"content": 1.0}, content_vector=str(tmp_path / "missing.json"))
+    (tmp_path / "bad.json").write_text('{"weights": [1, 2]}')
+    with pytest.raises(ValueError, match="needs a JSON object with a list 'vector'"):
+        judge_for("hybrid", weights={"content": 1.0}, content_vector=str(tmp_path / "bad.json"))
+    judge = judge_for("hybrid", weights={"content": 1.0}, content_vector=write_vector(tmp_path / "v.json", [1.0] * 10))
+    with pytest.raises(ValueError, match="has 10 dimensions, the embedder gives 384"):
+        drive(judge, conv(GARDEN[:3]), Message("c", "3", "B", GARDEN[3]))
+    # a zero weight leaves the vector unread
+    assert judge_for("hybrid", weights={"cos_last": 1.0, "content": 0.0}, content_vector="").content is None
+
+
+def test_hybrid_switch_rule_opens_a_box_below_the_pmi_ratio_whatever_the_logistic_says():
+    from membox_local.backends.base import ScoreResult, Usage
+    from membox_local.prompts import DIALOGUE_HEADER
+
+    class Flat(FakeBackend):  # every line 0.1 nat per token likelier after its context: ratio 0.1 / PMI_FLOOR
+        def score_batch(self, requests):
+            return [ScoreResult(-(1.1 if r.context == DIALOGUE_HEADER else 1.0) * 5, 5, Usage(r.stage, 0, 0))
+                    for r in requests]
+
+    msgs = conv(GARDEN + CARS)
+    sure = {"weights": {"cos_last": 1.0}, "bias": 10.0, "history": 4}  # the logistic always continues
+    judge = judge_for("hybrid", switch_ratio=0.4, **sure)
+    assert judge.uses_llm and judge.uses_conversation and judge.history == 4 + 2
+    decision, _ = drive(judge, msgs[4:6], msgs[6], backend=Flat(), earlier=msgs[:6])
+    assert not decision.continues and decision.label == "switch" and decision.score > 0.99
+    assert drive(judge_for("hybrid", switch_ratio=0.3, **sure), msgs[4:6], msgs[6], backend=Flat(),
+                 earlier=msgs[:6])[0].continues  # 0.1 / 0.3 = 0.33 is not below 0.3
+    off = judge_for("hybrid", **sure)
+    assert not off.uses_llm and drive(off, msgs[4:6], msgs[6], earlier=msgs[:6])[0].continues
+
+
+def test_the_cpu_default_judge_reads_content_with_its_embedder_and_switches_on_the_ratio():
+    cfg = load_config("cpu")
+    judge = make_judge(cfg.loom)
+    assert cfg.loom.judge == "hybrid" and judge.weights["content"] and judge.uses_llm
+    assert 0 < cfg.loom.switch_ratio < 1
+    import numpy as np
+    assert np.linalg.norm(judge.content) == pytest.approx(1.0, abs=1e-3)
+    from membox_local.config import CONFIG_DIR
+    meta = json.loads((CONFIG_DIR / cfg.loom.content_vector).read_text())
+    assert meta["embedder"] == cfg.embedder.model and meta["dim"] == len(judge.content) == 384
+    assert "segmentation_content.py" in meta["command"]
 
 
 def test_hybrid_conversation_pmi_skips_messages_after_a_session_change():

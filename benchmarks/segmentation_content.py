@@ -1,0 +1,184 @@
+"""The CPU default's continuity judge: the hybrid with a `content` vector and the hard-switch rule, from TIAGE.
+
+    python benchmarks/segmentation_content.py [--dialseg-limit 400] [--locomo-limit 60] [--write]
+
+Protocol (TIAGE only: DialSeg711 and LoCoMo are measured, never used to fit or choose):
+1. Content model: a logistic regression over the MiniLM cues of FEATURE_SETS["conv"] (cosines, the box's age,
+   question and length cues against the conversation's level) and the new message's own embedding (what a line
+   that opens a topic looks like), on teacher-forced states of all 300 TIAGE-train dialogues; its
+   regularisation C is chosen by ROC AUC on TIAGE dev's teacher-forced states.
+2. The LLM's part: a second logistic, on TIAGE-train dialogues 0-99, over the content model's logit and the
+   conversation-relative PMI (lm_pmi_conv, lm_pmi_conv_low). The content logit there comes from a content model
+   fitted on dialogues 100-299 (out of fold), so the PMI's weight is not starved by an in-sample fit.
+3. Both fold into one linear hybrid (weights, bias, a unit `content` vector); the hard-switch rule (a box opens
+   when lm_pmi_ratio < 0.40, configs/cpu-switch.toml's threshold, fitted on TIAGE-train joins) is added, and a
+   bias offset is swept online and chosen by the mean objective on TIAGE dev as it is and joined in pairs,
+   among offsets that give LoCoMo boxes of 4-8 messages (the paper: 4.9-6.6).
+
+Every online figure goes through `membox_local.evaluation.segmentation.evaluate` (the Loom's own rule). LLM
+scores come from benchmarks/cache/ (computed if missing, ~0.7 s per message here). Writes
+runs/segmentation/content.json (saved copy: benchmarks/results/segmentation-content.json) and, with --write,
+configs/content/tiage-<embedder>.json; prints the [loom] lines for configs/cpu.toml.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from seg_cache import LookupEmbedder, ScoreCache, precompute_scores  # noqa: E402
+from segmentation import (FEATURE_SETS, REPO, RUNS, joined, load_config, load_dialogues, locomo_sizes,  # noqa: E402
+                          no_boundaries, objective, run, teacher_forced, with_loom)
+from segmentation_transfer import joins_only  # noqa: E402
+
+from membox_local.judges import FEATURES  # noqa: E402
+
+CUES = FEATURE_SETS["conv"]
+LM = ["lm_pmi_conv", "lm_pmi_conv_low"]
+C_GRID = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05)
+SWITCH_RATIO = 0.40  # configs/cpu-switch.toml, fitted on TIAGE-train joins by segmentation_transfer.py
+
+
+def fit_content(X, y, V, C: float):
+    """Logistic regression over the cues and the message embedding; returns (cue weights, vector, bias) in the
+    features' own units."""
+    from sklearn.linear_model import LogisticRegression
+
+    A = np.hstack([X[:, [FEATURES.index(f) for f in CUES]], V])
+    mu, sd = A.mean(axis=0), A.std(axis=0)
+    sd = np.where(sd > 1e-6, sd, np.inf)  # a constant column (MiniLM has a few near-constant dimensions) gets 0
+    clf = LogisticRegression(C=C, max_iter=5000).fit((A - mu) / sd, y)
+    w = clf.coef_[0] / sd
+    return w[:len(CUES)], w[len(CUES):], float(clf.intercept_[0] - np.sum(clf.coef_[0] * mu / sd))
+
+
+def content_logit(model, X, V) -> np.ndarray:
+    ws, wn, b = model
+    return b + X[:, [FEATURES.index(f) for f in CUES]] @ ws + V @ wn
+
+
+def main() -> int:
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.metrics import roc_auc_score
+
+    from membox_local.ingest import load_locomo
+
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--data-dir", default=str(REPO.parent / "shared" / "data"))
+    p.add_argument("--config", default="cpu", help="models, window and history come from it (default: cpu)")
+    p.add_argument("--dialseg-limit", type=int, default=400, help="first N DialSeg711 dialogues (reported only)")
+    p.add_argument("--locomo-limit", type=int, default=60,
+                   help="first N messages of each LoCoMo conversation (0: none, and no box-size condition)")
+    p.add_argument("--lm", nargs="+", default=LM, choices=["lm_pmi_conv", "lm_pmi_conv_low", "lm_pmi_ratio", "lm_pmi",
+                                                         "lm_pmi_low", "lm_cond"],
+                   help=f"the LLM's features beside the content logit (default: {' '.join(LM)})")
+    p.add_argument("--write", action="store_true", help="write configs/content/tiage-<embedder>.json")
+    args = p.parse_args()
+    lm_names = args.lm
+    seg = Path(args.data_dir) / "segmentation"
+    train = load_dialogues(seg / "tiage_train.json")
+    dev = load_dialogues(seg / "tiage_dev.json")
+    dialseg = load_dialogues(seg / "dialseg711_test.json", args.dialseg_limit)
+    locomo: dict[str, list] = {}
+    for m in load_locomo(Path(args.data_dir) / "locomo-dev.json"):
+        locomo.setdefault(m.conversation_id, []).append(m)
+    locomo = {c: v[:args.locomo_limit] for c, v in locomo.items()} if args.locomo_limit else {}
+    base = load_config(args.config)
+    lm_fold, content_fold = train[:100], train[100:]
+    sets = {"tiage_dev": dev, "tiage_dev_joined": joined(dev, 2), "tiage_dev_joins_only": joins_only(dev),
+            "dialseg711": dialseg}
+    emb = LookupEmbedder(base, [m.text for ds in (train, dev, dialseg) for d in ds for m in d.messages] +
+                         [m.text for v in locomo.values() for m in v], RUNS / "vectors.npz")
+    scorer = ScoreCache(base)
+    sessions = [[m for m in v if m.session == s] for v in locomo.values() for s in dict.fromkeys(m.session for m in v)]
+    for label, groups in (("TIAGE train 0-99", [d.messages for d in lm_fold]), ("TIAGE dev", [d.messages for d in dev]),
+                          ("TIAGE dev joined", [d.messages for d in sets["tiage_dev_joined"]]),
+                          ("DialSeg711", [d.messages for d in dialseg]), ("LoCoMo", sessions)):
+        precompute_scores(groups, scorer, base.loom.window, label)
+    out: dict = {"date": time.strftime("%Y-%m-%d"), "command": "python benchmarks/segmentation_content.py " +
+                 " ".join(sys.argv[1:]), "config": base.name, "embedder": base.embedder.model, "llm": base.llm.model,
+                 "dialogues": {k: len(v) for k, v in sets.items()},
+                 "no_boundaries": {k: no_boundaries(v) for k, v in sets.items()}}
+
+    # 1. the content model; C by teacher-forced AUC on TIAGE dev
+    Xtr, ytr, Vtr = teacher_forced(train, emb, base.loom, 2, None, vectors=True)
+    Xdev, ydev, Vdev = teacher_forced(dev, emb, base.loom, 2, scorer, vectors=True)
+    aucs = {C: float(roc_auc_score(ydev, content_logit(fit_content(Xtr, ytr, Vtr, C), Xdev, Vdev))) for C in C_GRID}
+    C = max(aucs, key=aucs.get)
+    out["content_auc_tiage_dev_by_C"] = {str(k): round(v, 4) for k, v in aucs.items()}
+    print(f"content model: TIAGE dev AUC by C {out['content_auc_tiage_dev_by_C']}; C = {C}", file=sys.stderr)
+    ws, wn, b = fit_content(Xtr, ytr, Vtr, C)
+
+    # 2. the LLM's weight against the content logit, out of fold
+    Xa, ya, Va = teacher_forced(content_fold, emb, base.loom, 2, None, vectors=True)
+    Xb, yb, Vb = teacher_forced(lm_fold, emb, base.loom, 2, scorer, vectors=True)
+    S = np.column_stack([content_logit(fit_content(Xa, ya, Va, C), Xb, Vb)] + [Xb[:, FEATURES.index(f)] for f in lm_names])
+    stack = LogisticRegression(C=1.0, max_iter=2000).fit(S, yb)
+    a, a0 = stack.coef_[0], float(stack.intercept_[0])
+
+    # 3. one linear hybrid: weights in the features' units, the content vector of unit length
+    norm = float(np.linalg.norm(wn))
+    weights = {f: round(float(a[0] * w), 4) for f, w in zip(CUES, ws)}
+    weights["content"] = round(float(a[0] * norm), 4)
+    weights.update({f: round(float(w), 4) for f, w in zip(lm_names, a[1:])})
+    bias = a0 + a[0] * b
+    Xd_lm = np.column_stack([Xdev[:, FEATURES.index(f)] for f in lm_names])
+    z_dev = a0 + a[0] * content_logit((ws, wn, b), Xdev, Vdev) + Xd_lm @ a[1:]
+    out["teacher_forced_auc_tiage_dev"] = {"content_model": round(aucs[C], 4), "with_pmi": round(float(
+        roc_auc_score(ydev, z_dev)), 4)}
+    vector = {"embedder": base.embedder.model, "dim": len(wn), "fitted_on": "TIAGE train (300 dialogues), "
+              "teacher-forced states; C chosen on TIAGE dev", "C": C, "command": out["command"], "date": out["date"],
+              "vector": [round(float(x), 6) for x in wn / norm]}
+    RUNS.mkdir(parents=True, exist_ok=True)
+    vec_path = (REPO / "configs" / "content" if args.write else RUNS) / f"tiage-{base.embedder.model}.json"
+    vec_path.parent.mkdir(parents=True, exist_ok=True)
+    vec_path.write_text(json.dumps(vector) + "\n")
+
+    def judge(offset: float):
+        return with_loom(base, judge="hybrid", weights=weights, bias=round(bias + offset, 4),
+                         content_vector=str(vec_path.resolve()), switch_ratio=SWITCH_RATIO)
+
+    def show(label, row):
+        print(f"{label:14s} " + " | ".join(
+            f"{k} {r['pk']:.3f}/{r['wd']:.3f}/{r['f1']:.3f} ({r['hyp_boundaries_per_dialogue']:.1f} vs "
+            f"{r['ref_boundaries_per_dialogue']:.1f})" for k, r in row.items() if isinstance(r, dict) and "pk" in r)
+            + (f" | LoCoMo {row['locomo']['mean']} msg/box" if "locomo" in row else ""), file=sys.stderr, flush=True)
+
+    def sizes(c) -> dict:
+        return locomo_sizes(c, locomo, emb, scorer) if locomo else {"mean": None}
+
+    out["sweep"] = []
+    for offset in np.round(np.arange(-1.0, 1.01, 0.25), 2):
+        c = judge(float(offset))
+        row = {"offset": float(offset), **{k: run(c, v, emb, scorer) for k, v in sets.items()},
+               "locomo": sizes(c)}
+        row["selection"] = round((objective(row["tiage_dev"]) + objective(row["tiage_dev_joined"])) / 2, 4)
+        out["sweep"].append(row)
+        show(f"offset {offset:+.2f}", row)
+        print(f"               selection objective {row['selection']}", file=sys.stderr)
+    sane = [r for r in out["sweep"] if r["locomo"]["mean"] is not None and 4 <= r["locomo"]["mean"] <= 8]
+    best = max(sane or out["sweep"], key=lambda r: r["selection"])
+    chosen = judge(best["offset"])
+    out["chosen"] = {"offset": best["offset"], "by": "mean objective on TIAGE dev and TIAGE dev joined, LoCoMo "
+                     "4-8 msg/box", "loom": {"weights": chosen.loom.weights, "bias": chosen.loom.bias,
+                                             "switch_ratio": SWITCH_RATIO, "content_vector": vec_path.name}}
+    for spec in (args.config, "cpu-switch"):  # the configs as they are now, on the same subsets
+        c = load_config(spec)
+        out.setdefault("configs_now", {})[spec] = {**{k: run(c, v, emb, scorer) for k, v in sets.items()},
+                                                   "locomo": sizes(c)}
+        show(spec, out["configs_now"][spec])
+    (RUNS / "content.json").write_text(json.dumps(out, indent=1) + "\n")
+    inline = ", ".join(f"{k} = {v}" for k, v in chosen.loom.weights.items())
+    print(f"chosen offset {best['offset']:+.2f}; [loom] for configs/cpu.toml:\nweights = {{ {inline} }}\n"
+          f"bias = {chosen.loom.bias}\ncontent_vector = \"content/{vec_path.name}\"\nswitch_ratio = {SWITCH_RATIO}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
