@@ -1,6 +1,6 @@
 """The CPU default's continuity judge: the hybrid with a `content` vector and the hard-switch rule, from TIAGE.
 
-    python benchmarks/segmentation_content.py [--dialseg-limit 400] [--locomo-limit 60] [--write]
+    python benchmarks/segmentation_content.py [--dialseg-limit 400] [--locomo-limit 60] [--write] [--compare SPEC ...]
 
 Protocol (TIAGE only: DialSeg711 and LoCoMo are measured, never used to fit or choose):
 1. Content model: a logistic regression over the MiniLM cues of FEATURE_SETS["conv"] (cosines, the box's age,
@@ -78,6 +78,9 @@ def main() -> int:
     p.add_argument("--lm", nargs="+", default=LM, choices=["lm_pmi_conv", "lm_pmi_conv_low", "lm_pmi_ratio", "lm_pmi",
                                                          "lm_pmi_low", "lm_cond"],
                    help=f"the LLM's features beside the content logit (default: {' '.join(LM)})")
+    p.add_argument("--compare", nargs="+", metavar="SPEC", default=None,
+                   help="configs measured on the same subsets, as segmentation_report.py names them "
+                        "(default: --config and cpu-switch)")
     p.add_argument("--write", action="store_true", help="write configs/content/tiage-<embedder>.json")
     args = p.parse_args()
     lm_names = args.lm
@@ -168,8 +171,10 @@ def main() -> int:
     out["chosen"] = {"offset": best["offset"], "by": "mean objective on TIAGE dev and TIAGE dev joined, LoCoMo "
                      "4-8 msg/box", "loom": {"weights": chosen.loom.weights, "bias": chosen.loom.bias,
                                              "switch_ratio": SWITCH_RATIO, "content_vector": vec_path.name}}
-    for spec in (args.config, "cpu-switch"):  # the configs as they are now, on the same subsets
-        c = load_config(spec)
+    from segmentation_report import config_of
+
+    for spec in args.compare or [args.config, "cpu-switch"]:  # other configs, on the same subsets
+        c = config_of(spec)
         out.setdefault("configs_now", {})[spec] = {**{k: run(c, v, emb, scorer) for k, v in sets.items()},
                                                    "locomo": sizes(c)}
         show(spec, out["configs_now"][spec])
