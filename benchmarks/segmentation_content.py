@@ -1,6 +1,7 @@
 """The CPU default's continuity judge: the hybrid with a `content` vector and the hard-switch rule, from TIAGE.
 
     python benchmarks/segmentation_content.py [--dialseg-limit 400] [--locomo-limit 60] [--write] [--compare SPEC ...]
+    python benchmarks/segmentation_content.py --no-lm ...   # ablation: the content model alone, no LLM
 
 Protocol (TIAGE only: DialSeg711 and LoCoMo are measured, never used to fit or choose):
 1. Content model: a logistic regression over the MiniLM cues of FEATURE_SETS["conv"] (cosines, the box's age,
@@ -81,9 +82,13 @@ def main() -> int:
     p.add_argument("--compare", nargs="+", metavar="SPEC", default=None,
                    help="configs measured on the same subsets, as segmentation_report.py names them "
                         "(default: --config and cpu-switch)")
+    p.add_argument("--no-lm", action="store_true",
+                   help="no LLM at all: the content model alone, no switch rule (the judge of configs/cpu-minilm.toml)")
     p.add_argument("--write", action="store_true", help="write configs/content/tiage-<embedder>.json")
     args = p.parse_args()
-    lm_names = args.lm
+    lm_names = [] if args.no_lm else args.lm
+    if args.no_lm and args.write:
+        p.error("--no-lm fits the same content vector as the default's run: use the committed one, without --write")
     seg = Path(args.data_dir) / "segmentation"
     train = load_dialogues(seg / "tiage_train.json")
     dev = load_dialogues(seg / "tiage_dev.json")
@@ -98,12 +103,13 @@ def main() -> int:
             "dialseg711": dialseg}
     emb = LookupEmbedder(base, [m.text for ds in (train, dev, dialseg) for d in ds for m in d.messages] +
                          [m.text for v in locomo.values() for m in v], RUNS / "vectors.npz")
-    scorer = ScoreCache(base)
+    scorer = None if args.no_lm else ScoreCache(base)
     sessions = [[m for m in v if m.session == s] for v in locomo.values() for s in dict.fromkeys(m.session for m in v)]
     for label, groups in (("TIAGE train 0-99", [d.messages for d in lm_fold]), ("TIAGE dev", [d.messages for d in dev]),
                           ("TIAGE dev joined", [d.messages for d in sets["tiage_dev_joined"]]),
                           ("DialSeg711", [d.messages for d in dialseg]), ("LoCoMo", sessions)):
-        precompute_scores(groups, scorer, base.loom.window, label)
+        if scorer is not None:
+            precompute_scores(groups, scorer, base.loom.window, label)
     out: dict = {"date": time.strftime("%Y-%m-%d"), "command": "python benchmarks/segmentation_content.py " +
                  " ".join(sys.argv[1:]), "config": base.name, "embedder": base.embedder.model, "llm": base.llm.model,
                  "dialogues": {k: len(v) for k, v in sets.items()},
@@ -119,11 +125,14 @@ def main() -> int:
     ws, wn, b = fit_content(Xtr, ytr, Vtr, C)
 
     # 2. the LLM's weight against the content logit, out of fold
-    Xa, ya, Va = teacher_forced(content_fold, emb, base.loom, 2, None, vectors=True)
-    Xb, yb, Vb = teacher_forced(lm_fold, emb, base.loom, 2, scorer, vectors=True)
-    S = np.column_stack([content_logit(fit_content(Xa, ya, Va, C), Xb, Vb)] + [Xb[:, FEATURES.index(f)] for f in lm_names])
-    stack = LogisticRegression(C=1.0, max_iter=2000).fit(S, yb)
-    a, a0 = stack.coef_[0], float(stack.intercept_[0])
+    a, a0 = np.array([1.0]), 0.0  # --no-lm: the content model as it is
+    if lm_names:
+        Xa, ya, Va = teacher_forced(content_fold, emb, base.loom, 2, None, vectors=True)
+        Xb, yb, Vb = teacher_forced(lm_fold, emb, base.loom, 2, scorer, vectors=True)
+        S = np.column_stack([content_logit(fit_content(Xa, ya, Va, C), Xb, Vb)] +
+                            [Xb[:, FEATURES.index(f)] for f in lm_names])
+        stack = LogisticRegression(C=1.0, max_iter=2000).fit(S, yb)
+        a, a0 = stack.coef_[0], float(stack.intercept_[0])
 
     # 3. one linear hybrid: weights in the features' units, the content vector of unit length
     norm = float(np.linalg.norm(wn))
@@ -131,7 +140,7 @@ def main() -> int:
     weights["content"] = round(float(a[0] * norm), 4)
     weights.update({f: round(float(w), 4) for f, w in zip(lm_names, a[1:])})
     bias = a0 + a[0] * b
-    Xd_lm = np.column_stack([Xdev[:, FEATURES.index(f)] for f in lm_names])
+    Xd_lm = Xdev[:, [FEATURES.index(f) for f in lm_names]]
     z_dev = a0 + a[0] * content_logit((ws, wn, b), Xdev, Vdev) + Xd_lm @ a[1:]
     out["teacher_forced_auc_tiage_dev"] = {"content_model": round(aucs[C], 4), "with_pmi": round(float(
         roc_auc_score(ydev, z_dev)), 4)}
@@ -145,7 +154,7 @@ def main() -> int:
 
     def judge(offset: float):
         return with_loom(base, judge="hybrid", weights=weights, bias=round(bias + offset, 4),
-                         content_vector=str(vec_path.resolve()), switch_ratio=SWITCH_RATIO)
+                         content_vector=str(vec_path.resolve()), switch_ratio=0.0 if args.no_lm else SWITCH_RATIO)
 
     def show(label, row):
         print(f"{label:14s} " + " | ".join(
@@ -170,18 +179,19 @@ def main() -> int:
     chosen = judge(best["offset"])
     out["chosen"] = {"offset": best["offset"], "by": "mean objective on TIAGE dev and TIAGE dev joined, LoCoMo "
                      "4-8 msg/box", "loom": {"weights": chosen.loom.weights, "bias": chosen.loom.bias,
-                                             "switch_ratio": SWITCH_RATIO, "content_vector": vec_path.name}}
+                                             "switch_ratio": chosen.loom.switch_ratio,
+                                             "content_vector": vec_path.name}}
     from segmentation_report import config_of
 
-    for spec in args.compare or [args.config, "cpu-switch"]:  # other configs, on the same subsets
+    for spec in args.compare or (["cpu-minilm"] if args.no_lm else [args.config, "cpu-switch"]):  # other configs, on the same subsets
         c = config_of(spec)
         out.setdefault("configs_now", {})[spec] = {**{k: run(c, v, emb, scorer) for k, v in sets.items()},
                                                    "locomo": sizes(c)}
         show(spec, out["configs_now"][spec])
-    (RUNS / "content.json").write_text(json.dumps(out, indent=1) + "\n")
+    (RUNS / ("content-minilm.json" if args.no_lm else "content.json")).write_text(json.dumps(out, indent=1) + "\n")
     inline = ", ".join(f"{k} = {v}" for k, v in chosen.loom.weights.items())
     print(f"chosen offset {best['offset']:+.2f}; [loom] for configs/cpu.toml:\nweights = {{ {inline} }}\n"
-          f"bias = {chosen.loom.bias}\ncontent_vector = \"content/{vec_path.name}\"\nswitch_ratio = {SWITCH_RATIO}")
+          f"bias = {chosen.loom.bias}\ncontent_vector = \"content/{vec_path.name}\"\nswitch_ratio = {chosen.loom.switch_ratio}")
     return 0
 
 
