@@ -178,6 +178,34 @@ def resolve_config_path(name_or_path: str | Path) -> Path:
     raise ConfigError(f"config '{name_or_path}' not found: pass a .toml path or one of {known}")
 
 
+def resolve_content_path(name: str) -> Path:
+    """[loom] content_vector: an absolute path, or one relative to configs/ (then to the working directory)."""
+    p = Path(name)
+    candidates = [p] if p.is_absolute() else [CONFIG_DIR / p, p]
+    for c in candidates:
+        if c.exists():
+            return c
+    raise ConfigError(f"[loom] content_vector: {name!r} not found (looked at {', '.join(map(str, candidates))})")
+
+
+def _check_content_embedder(cfg: Config, where: str) -> None:
+    """A content vector is fitted for one embedder: refuse a config that pairs it with another (a file without an
+    'embedder' field is not checked)."""
+    import json
+
+    if not cfg.loom.content_vector or not cfg.loom.weights.get("content"):
+        return
+    path = resolve_content_path(cfg.loom.content_vector)
+    try:
+        fitted_for = json.loads(path.read_text(encoding="utf-8")).get("embedder")
+    except (ValueError, AttributeError) as e:
+        raise ConfigError(f"{where} [loom] content_vector: {path} is not a JSON object: {e}") from None
+    if fitted_for and fitted_for != cfg.embedder.model:
+        raise ConfigError(f"{where} [loom] content_vector: {path.name} was fitted for the embedder {fitted_for!r}, "
+                          f"the config uses {cfg.embedder.model!r}: fit one for it (benchmarks/segmentation_content.py) "
+                          "or set the 'content' weight to 0")
+
+
 def load_config(name_or_path: str | Path = "cpu", overrides: dict[str, Any] | None = None) -> Config:
     """Load a config by name (configs/<name>.toml) or path; `overrides` is {"section.key": value}."""
     path = resolve_config_path(name_or_path)
@@ -190,4 +218,6 @@ def load_config(name_or_path: str | Path = "cpu", overrides: dict[str, Any] | No
     for dotted, value in (overrides or {}).items():
         section, _, key = dotted.partition(".")
         data.setdefault(section, {})[key] = value
-    return config_from_dict(data, where=str(path))
+    cfg = config_from_dict(data, where=str(path))
+    _check_content_embedder(cfg, str(path))
+    return cfg

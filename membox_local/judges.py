@@ -13,13 +13,12 @@ import json
 import math
 from collections import OrderedDict
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Sequence
 
 import numpy as np
 
 from .backends.base import BackendError, LabelRequest, ScoreRequest
-from .config import CONFIG_DIR, LoomConfig
+from .config import LoomConfig, resolve_content_path
 from .prompts import (CONTINUITY_LABELS, DIALOGUE_HEADER, authors_continuity_prompt, continuity_prompt,
                       dialogue_context, dialogue_line)
 from .records import Message
@@ -164,11 +163,7 @@ def load_content_vector(name: str) -> np.ndarray:
     if not name:
         raise ValueError("the hybrid feature 'content' needs [loom] content_vector (a JSON file fitted by "
                          "`python benchmarks/segmentation_content.py`, e.g. content/tiage-all-minilm-l6-v2.json)")
-    p = Path(name)
-    candidates = [p] if p.is_absolute() else [CONFIG_DIR / p, p]
-    path = next((c for c in candidates if c.exists()), None)
-    if path is None:
-        raise ValueError(f"[loom] content_vector: {name!r} not found (looked at {', '.join(map(str, candidates))})")
+    path = resolve_content_path(name)
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
         vec = np.asarray(data["vector"], dtype=np.float32)

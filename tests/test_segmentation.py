@@ -328,7 +328,8 @@ def test_the_switch_config_is_a_ratio_threshold():
 
 
 def write_vector(path, vec):
-    path.write_text(json.dumps({"embedder": "fake-bow", "vector": [float(x) for x in vec]}))
+    """A content vector file without an 'embedder' field: not checked against the config's embedder."""
+    path.write_text(json.dumps({"vector": [float(x) for x in vec]}))
     return str(path)
 
 
@@ -361,6 +362,11 @@ def test_hybrid_content_vector_errors_say_what_to_do(tmp_path):
     judge = judge_for("hybrid", weights={"content": 1.0}, content_vector=write_vector(tmp_path / "v.json", [1.0] * 10))
     with pytest.raises(ValueError, match="has 10 dimensions, the embedder gives 384"):
         drive(judge, conv(GARDEN[:3]), Message("c", "3", "B", GARDEN[3]))
+    # a vector fitted for one embedder is refused beside another, when the config is loaded
+    from membox_local.config import ConfigError
+    with pytest.raises(ConfigError, match="fitted for the embedder 'all-minilm-l6-v2', the config uses 'other-model'"):
+        load_config("cpu", {"embedder.model": "other-model"})
+    assert load_config("cpu", {"embedder.model": "other-model", "loom.weights": {"cos_last": 1.0}})
     # a zero weight leaves the vector unread
     assert judge_for("hybrid", weights={"cos_last": 1.0, "content": 0.0}, content_vector="").content is None
 
