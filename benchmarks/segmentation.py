@@ -150,7 +150,8 @@ FEATURE_SETS = {
                         "max_box", "last_question", "box_age"],
     # speakers alternate in TIAGE
     "all": [f for f in FEATURES if f not in ("speaker_change", "content") + LM_FEATURES + CONV_FEATURES],
-    "all-noage": [f for f in FEATURES if f not in ("speaker_change", "box_age", "content") + LM_FEATURES + CONV_FEATURES],
+    "all-noage": [f for f in FEATURES
+                  if f not in ("speaker_change", "box_age", "content") + LM_FEATURES + CONV_FEATURES],
     # "all" with its question and length cues taken against the conversation's own level (*_conv)
     "conv": [f for f in FEATURES if f not in ("speaker_change", "new_question", "last_question", "len_new", "len_last",
                                               "content") + LM_FEATURES + CONV_FEATURES] + ["new_question_conv", "last_question_conv", "len_new_conv", "len_last_conv"],
@@ -485,7 +486,11 @@ def cmd_locomo(args) -> int:
         conversations = {c: v[: args.limit] for c, v in conversations.items()}
     emb = LookupEmbedder(cfg, [m.text for m in msgs], RUNS / "vectors.npz") if cfg.loom.judge in (
         "embedding", "hybrid") else None
-    decisions, facts = run_segmenter(cfg, conversations, embedder=emb)
+    from membox_local.judges import make_judge
+
+    # the hybrid's LLM scores come from the committed cache (computed and appended if missing)
+    scorer = ScoreCache(cfg) if cfg.loom.judge == "hybrid" and make_judge(cfg.loom).uses_llm else None
+    decisions, facts = run_segmenter(cfg, conversations, embedder=emb, backend=scorer)
     sizes = box_sizes(decisions)
     out = {"config": cfg.name, "judge": cfg.loom.judge, "overrides": overrides, "messages_per_box": sizes,
            "mean": round(float(np.mean(list(sizes.values()))), 2), **facts,

@@ -83,7 +83,7 @@ def main() -> int:
                    help="configs measured on the same subsets, as segmentation_report.py names them "
                         "(default: --config and cpu-switch)")
     p.add_argument("--no-lm", action="store_true",
-                   help="no LLM at all: the content model alone, no switch rule (the judge of configs/cpu-minilm.toml)")
+                   help="ablation: no LLM at all, the content model alone and no switch rule")
     p.add_argument("--write", action="store_true", help="write configs/content/tiage-<embedder>.json")
     args = p.parse_args()
     lm_names = [] if args.no_lm else args.lm
@@ -183,7 +183,8 @@ def main() -> int:
                                              "content_vector": vec_path.name}}
     from segmentation_report import config_of
 
-    for spec in args.compare or (["cpu-minilm"] if args.no_lm else [args.config, "cpu-switch"]):  # other configs, on the same subsets
+    # other configs, on the same subsets
+    for spec in args.compare or (["cpu-minilm"] if args.no_lm else [args.config, "cpu-switch"]):
         c = config_of(spec)
         out.setdefault("configs_now", {})[spec] = {**{k: run(c, v, emb, scorer) for k, v in sets.items()},
                                                    "locomo": sizes(c)}
@@ -191,7 +192,8 @@ def main() -> int:
     (RUNS / ("content-minilm.json" if args.no_lm else "content.json")).write_text(json.dumps(out, indent=1) + "\n")
     inline = ", ".join(f"{k} = {v}" for k, v in chosen.loom.weights.items())
     print(f"chosen offset {best['offset']:+.2f}; [loom] for configs/cpu.toml:\nweights = {{ {inline} }}\n"
-          f"bias = {chosen.loom.bias}\ncontent_vector = \"content/{vec_path.name}\"\nswitch_ratio = {chosen.loom.switch_ratio}")
+          f"bias = {chosen.loom.bias}\ncontent_vector = \"content/{vec_path.name}\"\n"
+          f"switch_ratio = {chosen.loom.switch_ratio}")
     return 0
 
 

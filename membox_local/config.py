@@ -202,7 +202,8 @@ def _check_content_embedder(cfg: Config, where: str) -> None:
         raise ConfigError(f"{where} [loom] content_vector: {path} is not a JSON object: {e}") from None
     if fitted_for and fitted_for != cfg.embedder.model:
         raise ConfigError(f"{where} [loom] content_vector: {path.name} was fitted for the embedder {fitted_for!r}, "
-                          f"the config uses {cfg.embedder.model!r}: fit one for it (benchmarks/segmentation_content.py) "
+                          f"the config uses {cfg.embedder.model!r}: fit one for it "
+                          "(benchmarks/segmentation_content.py) "
                           "or set the 'content' weight to 0")
 
 

@@ -338,7 +338,8 @@ def test_hybrid_content_feature_is_the_fitted_vector_against_the_new_message(tmp
 
     new = Message("c", "3", "B", "Do you like cars?")
     vec = FakeEmbedder().encode([CARS[0]])[0]  # "what a topic-opening line looks like": the car words
-    judge = judge_for("hybrid", weights={"content": -4.0}, bias=1.0, content_vector=write_vector(tmp_path / "v.json", vec))
+    judge = judge_for("hybrid", weights={"content": -4.0}, bias=1.0,
+                      content_vector=write_vector(tmp_path / "v.json", vec))
     assert not judge.uses_llm
     step = judge.features(conv(GARDEN[:3]), new)
     req = next(step)
