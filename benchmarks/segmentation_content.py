@@ -15,6 +15,9 @@ Protocol (TIAGE only: DialSeg711 and LoCoMo are measured, never used to fit or c
    when lm_pmi_ratio < 0.40, configs/cpu-switch.toml's threshold, fitted on TIAGE-train joins) is added, and a
    bias offset is swept online and chosen by the mean objective on TIAGE dev as it is and joined in pairs,
    among offsets that give LoCoMo boxes of 4-8 messages (the paper: 4.9-6.6).
+4. The cap on a box's length (max_box_messages): the smallest of 24, 20, 16, 12, 10, 8 that leaves that
+   objective unchanged to three decimals. TIAGE's dialogues are short and barely reach a cap; LoCoMo's
+   conversations are long, and a box that runs on for 24 messages there has usually moved on.
 
 Every online figure goes through `membox_local.evaluation.segmentation.evaluate` (the Loom's own rule). LLM
 scores come from benchmarks/cache/ (computed if missing, ~0.7 s per message here). Writes
@@ -44,6 +47,8 @@ CUES = FEATURE_SETS["conv"]
 LM = ["lm_pmi_conv", "lm_pmi_conv_low"]
 C_GRID = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05)
 SWITCH_RATIO = 0.40  # configs/cpu-switch.toml, fitted on TIAGE-train joins by segmentation_transfer.py
+SWEEP_MAX_BOX = 24  # the Loom's cap on a box while the offset is chosen (the LoomConfig default)
+CAPS = (24, 20, 16, 12, 10, 8)  # then the smallest of these that TIAGE does not notice
 
 
 def fit_content(X, y, V, C: float):
@@ -76,6 +81,8 @@ def main() -> int:
     p.add_argument("--dialseg-limit", type=int, default=400, help="first N DialSeg711 dialogues (reported only)")
     p.add_argument("--locomo-limit", type=int, default=60,
                    help="first N messages of each LoCoMo conversation (0: none, and no box-size condition)")
+    p.add_argument("--locomo-report", type=int, default=200,
+                   help="LoCoMo box sizes are also reported on the first N messages of each conversation")
     p.add_argument("--lm", nargs="+", default=LM, choices=["lm_pmi_conv", "lm_pmi_conv_low", "lm_pmi_ratio", "lm_pmi",
                                                          "lm_pmi_low", "lm_cond"],
                    help=f"the LLM's features beside the content logit (default: {' '.join(LM)})")
@@ -96,15 +103,17 @@ def main() -> int:
     locomo: dict[str, list] = {}
     for m in load_locomo(Path(args.data_dir) / "locomo-dev.json"):
         locomo.setdefault(m.conversation_id, []).append(m)
+    report_locomo = {c: v[:args.locomo_report] for c, v in locomo.items()}
     locomo = {c: v[:args.locomo_limit] for c, v in locomo.items()} if args.locomo_limit else {}
     base = load_config(args.config)
     lm_fold, content_fold = train[:100], train[100:]
     sets = {"tiage_dev": dev, "tiage_dev_joined": joined(dev, 2), "tiage_dev_joins_only": joins_only(dev),
             "dialseg711": dialseg}
     emb = LookupEmbedder(base, [m.text for ds in (train, dev, dialseg) for d in ds for m in d.messages] +
-                         [m.text for v in locomo.values() for m in v], RUNS / "vectors.npz")
+                         [m.text for v in report_locomo.values() for m in v], RUNS / "vectors.npz")
     scorer = None if args.no_lm else ScoreCache(base)
-    sessions = [[m for m in v if m.session == s] for v in locomo.values() for s in dict.fromkeys(m.session for m in v)]
+    sessions = [[m for m in v if m.session == s] for v in report_locomo.values()
+                for s in dict.fromkeys(m.session for m in v)]
     for label, groups in (("TIAGE train 0-99", [d.messages for d in lm_fold]), ("TIAGE dev", [d.messages for d in dev]),
                           ("TIAGE dev joined", [d.messages for d in sets["tiage_dev_joined"]]),
                           ("DialSeg711", [d.messages for d in dialseg]), ("LoCoMo", sessions)):
@@ -152,8 +161,8 @@ def main() -> int:
     vec_path.parent.mkdir(parents=True, exist_ok=True)
     vec_path.write_text(json.dumps(vector) + "\n")
 
-    def judge(offset: float):
-        return with_loom(base, judge="hybrid", weights=weights, bias=round(bias + offset, 4),
+    def judge(offset: float, max_box: int = SWEEP_MAX_BOX):
+        return with_loom(base, judge="hybrid", weights=weights, bias=round(bias + offset, 4), max_box_messages=max_box,
                          content_vector=str(vec_path.resolve()), switch_ratio=0.0 if args.no_lm else SWITCH_RATIO)
 
     def show(label, row):
@@ -164,6 +173,10 @@ def main() -> int:
 
     def sizes(c) -> dict:
         return locomo_sizes(c, locomo, emb, scorer) if locomo else {"mean": None}
+
+    def selection(c) -> float:
+        rows = [run(c, sets[k], emb, scorer) for k in ("tiage_dev", "tiage_dev_joined")]
+        return round(sum(objective(r) for r in rows) / 2, 4)
 
     out["sweep"] = []
     for offset in np.round(np.arange(-1.0, 1.01, 0.25), 2):
@@ -176,9 +189,19 @@ def main() -> int:
         print(f"               selection objective {row['selection']}", file=sys.stderr)
     sane = [r for r in out["sweep"] if r["locomo"]["mean"] is not None and 4 <= r["locomo"]["mean"] <= 8]
     best = max(sane or out["sweep"], key=lambda r: r["selection"])
-    chosen = judge(best["offset"])
+    out["caps"] = [{"max_box_messages": cap, "selection": selection(judge(best["offset"], cap)),
+                    "locomo": sizes(judge(best["offset"], cap))} for cap in CAPS]
+    cap = min(r["max_box_messages"] for r in out["caps"] if round(r["selection"], 3) == round(best["selection"], 3))
+    for r in out["caps"]:
+        print(f"max_box_messages {r['max_box_messages']:2d}: selection {r['selection']} | LoCoMo {r['locomo']['mean']}",
+              file=sys.stderr)
+    chosen = judge(best["offset"], cap)
+    out["chosen_row"] = {**{k: run(chosen, v, emb, scorer) for k, v in sets.items()}, "locomo": sizes(chosen),
+                         "locomo_report": locomo_sizes(chosen, report_locomo, emb, scorer)}
+    show("chosen", out["chosen_row"])
     out["chosen"] = {"offset": best["offset"], "by": "mean objective on TIAGE dev and TIAGE dev joined, LoCoMo "
-                     "4-8 msg/box", "loom": {"weights": chosen.loom.weights, "bias": chosen.loom.bias,
+                     "4-8 msg/box; then the smallest cap TIAGE does not notice",
+                     "loom": {"weights": chosen.loom.weights, "bias": chosen.loom.bias, "max_box_messages": cap,
                                              "switch_ratio": chosen.loom.switch_ratio,
                                              "content_vector": vec_path.name}}
     from segmentation_report import config_of
@@ -187,13 +210,14 @@ def main() -> int:
     for spec in args.compare or (["cpu-minilm"] if args.no_lm else [args.config, "cpu-switch"]):
         c = config_of(spec)
         out.setdefault("configs_now", {})[spec] = {**{k: run(c, v, emb, scorer) for k, v in sets.items()},
-                                                   "locomo": sizes(c)}
+                                                   "locomo": sizes(c),
+                                                   "locomo_report": locomo_sizes(c, report_locomo, emb, scorer)}
         show(spec, out["configs_now"][spec])
     (RUNS / ("content-minilm.json" if args.no_lm else "content.json")).write_text(json.dumps(out, indent=1) + "\n")
     inline = ", ".join(f"{k} = {v}" for k, v in chosen.loom.weights.items())
     print(f"chosen offset {best['offset']:+.2f}; [loom] for configs/cpu.toml:\nweights = {{ {inline} }}\n"
           f"bias = {chosen.loom.bias}\ncontent_vector = \"content/{vec_path.name}\"\n"
-          f"switch_ratio = {chosen.loom.switch_ratio}")
+          f"switch_ratio = {chosen.loom.switch_ratio}\nmax_box_messages = {cap}")
     return 0
 
 
