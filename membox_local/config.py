@@ -178,28 +178,32 @@ def resolve_config_path(name_or_path: str | Path) -> Path:
     raise ConfigError(f"config '{name_or_path}' not found: pass a .toml path or one of {known}")
 
 
-def resolve_content_path(name: str) -> Path:
-    """[loom] content_vector: an absolute path, or one relative to configs/ (then to the working directory)."""
+def read_content_file(name: str) -> tuple[Path, dict[str, Any]]:
+    """[loom] content_vector's file: an absolute path, or one relative to configs/ (then to the working
+    directory); returns (path, its JSON object)."""
+    import json
+
     p = Path(name)
     candidates = [p] if p.is_absolute() else [CONFIG_DIR / p, p]
-    for c in candidates:
-        if c.exists():
-            return c
-    raise ConfigError(f"[loom] content_vector: {name!r} not found (looked at {', '.join(map(str, candidates))})")
+    path = next((c for c in candidates if c.exists()), None)
+    if path is None:
+        raise ConfigError(f"[loom] content_vector: {name!r} not found (looked at {', '.join(map(str, candidates))})")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except ValueError as e:
+        raise ConfigError(f"{path}: not a content vector file (not JSON: {e})") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: not a content vector file (needs a JSON object with a list 'vector')")
+    return path, data
 
 
 def _check_content_embedder(cfg: Config, where: str) -> None:
     """A content vector is fitted for one embedder: refuse a config that pairs it with another (a file without an
     'embedder' field is not checked)."""
-    import json
-
     if not cfg.loom.content_vector or not cfg.loom.weights.get("content"):
         return
-    path = resolve_content_path(cfg.loom.content_vector)
-    try:
-        fitted_for = json.loads(path.read_text(encoding="utf-8")).get("embedder")
-    except (ValueError, AttributeError) as e:
-        raise ConfigError(f"{where} [loom] content_vector: {path} is not a JSON object: {e}") from None
+    path, data = read_content_file(cfg.loom.content_vector)
+    fitted_for = data.get("embedder")
     if fitted_for and fitted_for != cfg.embedder.model:
         raise ConfigError(f"{where} [loom] content_vector: {path.name} was fitted for the embedder {fitted_for!r}, "
                           f"the config uses {cfg.embedder.model!r}: fit one for it "

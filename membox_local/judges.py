@@ -9,7 +9,6 @@ later message. Thresholds and weights come from LoomConfig and are fitted on TIA
 """
 from __future__ import annotations
 
-import json
 import math
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -18,7 +17,7 @@ from typing import Sequence
 import numpy as np
 
 from .backends.base import BackendError, LabelRequest, ScoreRequest
-from .config import LoomConfig, resolve_content_path
+from .config import LoomConfig, read_content_file
 from .prompts import (CONTINUITY_LABELS, DIALOGUE_HEADER, authors_continuity_prompt, continuity_prompt,
                       dialogue_context, dialogue_line)
 from .records import Message
@@ -163,9 +162,8 @@ def load_content_vector(name: str) -> np.ndarray:
     if not name:
         raise ValueError("the hybrid feature 'content' needs [loom] content_vector (a JSON file fitted by "
                          "`python benchmarks/segmentation_content.py`, e.g. content/tiage-all-minilm-l6-v2.json)")
-    path = resolve_content_path(name)
+    path, data = read_content_file(name)
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
         vec = np.asarray(data["vector"], dtype=np.float32)
     except (ValueError, KeyError, TypeError) as e:
         raise ValueError(f"{path}: not a content vector file (needs a JSON object with a list 'vector'): {e}") from None
