@@ -189,12 +189,15 @@ def main() -> int:
         print(f"               selection objective {row['selection']}", file=sys.stderr)
     sane = [r for r in out["sweep"] if r["locomo"]["mean"] is not None and 4 <= r["locomo"]["mean"] <= 8]
     best = max(sane or out["sweep"], key=lambda r: r["selection"])
-    out["caps"] = [{"max_box_messages": cap, "selection": selection(judge(best["offset"], cap)),
-                    "locomo": sizes(judge(best["offset"], cap))} for cap in CAPS]
+    out["caps"] = []
+    for cap in CAPS:
+        c = judge(best["offset"], cap)
+        out["caps"].append({"max_box_messages": cap, "selection": selection(c), "locomo": sizes(c),
+                            "locomo_report": locomo_sizes(c, report_locomo, emb, scorer)})
     cap = min(r["max_box_messages"] for r in out["caps"] if round(r["selection"], 3) == round(best["selection"], 3))
     for r in out["caps"]:
-        print(f"max_box_messages {r['max_box_messages']:2d}: selection {r['selection']} | LoCoMo {r['locomo']['mean']}",
-              file=sys.stderr)
+        print(f"max_box_messages {r['max_box_messages']:2d}: selection {r['selection']} | LoCoMo {r['locomo']['mean']}"
+              f" (first {args.locomo_report}: {r['locomo_report']['mean']})", file=sys.stderr)
     chosen = judge(best["offset"], cap)
     out["chosen_row"] = {**{k: run(chosen, v, emb, scorer) for k, v in sets.items()}, "locomo": sizes(chosen),
                          "locomo_report": locomo_sizes(chosen, report_locomo, emb, scorer)}
