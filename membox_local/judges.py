@@ -17,7 +17,7 @@ from typing import Sequence
 import numpy as np
 
 from .backends.base import BackendError, LabelRequest, ScoreRequest
-from .config import LoomConfig, read_content_file
+from .config import ConfigError, LoomConfig, read_content_file
 from .prompts import (CONTINUITY_LABELS, DIALOGUE_HEADER, authors_continuity_prompt, continuity_prompt,
                       dialogue_context, dialogue_line)
 from .records import Message
@@ -322,5 +322,6 @@ JUDGES: dict[str, type[Judge]] = {
 
 def make_judge(cfg: LoomConfig) -> Judge:
     if cfg.judge not in JUDGES:
-        raise ValueError(f"unknown continuity judge '{cfg.judge}'; choose one of {sorted(JUDGES)}")
+        raise ConfigError(f"unknown continuity judge '{cfg.judge}' ([loom] judge or --judge); choose one of "
+                          f"{', '.join(sorted(JUDGES))}")
     return JUDGES[cfg.judge](cfg)

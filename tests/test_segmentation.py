@@ -139,6 +139,14 @@ def test_cli_writes_jsonl_summary_and_markdown(tmp_path, monkeypatch):
     assert "| Pk | WD | F1 |" in (out / "summary.md").read_text()
 
 
+def test_cli_names_the_judges_when_one_is_unknown(tmp_path, capsys):
+    data = write_dataset(tmp_path / "d.json")
+    assert main(["eval", "segmentation", "--data", str(data), "--judge", "psychic", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "unknown continuity judge 'psychic'" in err and "llm-logprob" in err and "Traceback" not in err
+    assert not (tmp_path / "summary.json").exists()
+
+
 # ---- judges ---------------------------------------------------------------------------------------------
 def drive(judge, recent, new, backend=None, embedder=None, earlier=()):
     """Run one judge step, answering its requests with the fakes; returns (decision, requests)."""

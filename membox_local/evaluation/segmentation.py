@@ -18,7 +18,7 @@ from typing import Any, Sequence
 
 from ..config import Config, LoomConfig, load_config
 from ..ingest import InputError, read_json
-from ..judges import Decision, Judge, make_judge
+from ..judges import JUDGES, Decision, Judge, make_judge
 from ..records import Message
 from ..requests import Step
 
@@ -237,6 +237,7 @@ def cmd_segmentation(args) -> int:
     if args.judge:
         overrides["loom.judge"] = args.judge
     cfg = load_config(args.config, overrides)
+    make_judge(cfg.loom)  # an unknown judge or a bad content vector fails here, before any model loads
     dialogues = load_dialogues(args.data, args.limit)
     from tqdm import tqdm
 
@@ -258,7 +259,7 @@ def cmd_segmentation(args) -> int:
 def add_parser(subparsers) -> None:
     p = subparsers.add_parser("segmentation", help="score the Loom's continuity decisions on human topic boundaries")
     p.add_argument("--data", required=True, help="segmentation JSON ({id, turns, boundaries} list)")
-    p.add_argument("--judge", help="continuity judge (default: the config's [loom] judge)")
+    p.add_argument("--judge", help=f"continuity judge: {', '.join(sorted(JUDGES))} (default: the config's [loom] judge)")
     p.add_argument("--config", default="cpu", help="config name in configs/ or a .toml path")
     p.add_argument("--limit", type=int, help="only the first N dialogues")
     p.add_argument("--set", action="append", metavar="SECTION.KEY=VALUE",
