@@ -2,6 +2,9 @@
 
     # evidence recall on the six dev conversations, boxes from the config's judge, no language model
     python benchmarks/boxaware_bench.py recall
+    # the same on each conversation's first 8 sessions (questions whose evidence is there), the judge's LLM
+    # scores read from the segmentation benchmarks' committed cache (benchmarks/cache/): configs side by side
+    python benchmarks/boxaware_bench.py recall --sessions 8 --cached-scores --config cpu
     # every mode, compact and trace included, on full builds of the first 4 sessions (built by locomo_bench.py)
     python benchmarks/boxaware_bench.py full --conversations conv-30 conv-26
     # QA (three scorers) at a 1000-token budget on those full builds
@@ -91,13 +94,18 @@ def main(argv=None) -> int:
     p.add_argument("--limit", type=int, default=0, help="qa: questions per conversation (0: all)")
     p.add_argument("--threads", type=int, default=0)
     p.add_argument("--out", help="run folder (default: runs/bench-boxaware-<step>-<config>...)")
+    p.add_argument("--sessions", type=int, default=0, help="recall: only each conversation's first N sessions")
+    p.add_argument("--cached-scores", action="store_true",
+                   help="recall: the judge's score requests from benchmarks/cache/ (seg_cache.ScoreCache; missing "
+                        "ones are computed and added), MiniLM vectors from runs/segmentation/vectors.npz")
     a = p.parse_args(argv)
     variants = header_variants()  # so that --modes may name them in any step
     windows = window_variants()
     if a.step == "recall":
+        tag = f"-s{a.sessions}" if a.sessions else ""
         s = Settings(data=a.data, config=a.config, conversations=a.conversations or DEV, k=[10],
-                     modes=a.modes or BOX_ONLY_MODES, qa=False, build=False, boxes_only=True,
-                     builds="runs/builds-boxes", out=f"runs/bench-boxaware-recall-{a.config}")
+                     modes=a.modes or BOX_ONLY_MODES, qa=False, build=False, boxes_only=True, sessions=a.sessions,
+                     builds="runs/builds-boxes", out=a.out or f"runs/bench-boxaware-recall-{Path(a.config).stem}{tag}")
     elif a.step == "headers":  # recall only, on whole-conversation builds (finished ones are not rebuilt)
         s = Settings(data=a.data, config=a.config, conversations=a.conversations or DEV, k=[10],
                      modes=a.modes or ["chunk-rag"] + variants, qa=False, threads=a.threads,
@@ -115,7 +123,20 @@ def main(argv=None) -> int:
                      k=[10], sessions=4, modes=a.modes or FULL_MODES, qa=a.step == "qa", qa_budget=1000,
                      limit=a.limit, threads=a.threads,
                      out=a.out or f"runs/bench-boxaware-{a.step}-{a.config}-s4")
-    summary = run(s)
+    backend = embedder = None
+    if a.cached_scores:
+        if a.step != "recall":
+            p.error("--cached-scores serves the recall step only (the other steps extract records with the LLM)")
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        from seg_cache import LookupEmbedder, ScoreCache
+
+        from membox_local.config import load_config
+
+        cfg = load_config(a.config)
+        backend = ScoreCache(cfg)
+        vectors = Path(__file__).resolve().parent.parent / "runs" / "segmentation" / "vectors.npz"
+        embedder = LookupEmbedder(cfg, [], vectors)
+    summary = run(s, backend=backend, embedder=embedder)
     print(f"<!-- 2-core CPU VM; date {time.strftime('%Y-%m-%d')}; command: python benchmarks/boxaware_bench.py "
           f"{' '.join(sys.argv[1:] if argv is None else argv)} -->")
     print(markdown(summary))

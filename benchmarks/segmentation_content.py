@@ -1,6 +1,6 @@
 """The CPU default's continuity judge: the hybrid with a `content` vector and the hard-switch rule, from TIAGE.
 
-    python benchmarks/segmentation_content.py [--dialseg-limit 400] [--locomo-limit 60] [--write] [--compare SPEC ...]
+    python benchmarks/segmentation_content.py [--dialseg-limit N] [--locomo-limit 60] [--write] [--compare SPEC ...]
     python benchmarks/segmentation_content.py --no-lm ...   # ablation: the content model alone, no LLM
 
 Protocol (TIAGE only: DialSeg711 and LoCoMo are measured, never used to fit or choose):
@@ -19,8 +19,8 @@ Protocol (TIAGE only: DialSeg711 and LoCoMo are measured, never used to fit or c
    leaves its objective unchanged to three decimals. TIAGE's dialogues are short and barely reach a cap;
    LoCoMo's conversations are long, and a box that runs on for 24 messages there has usually moved on.
 5. The offset: the best objective among offsets whose capped judge gives LoCoMo boxes of 4-8 messages (the
-   paper: 4.9-6.6). Until the late night of 2026-12-01 the box-size condition was applied before the cap (each offset at 24),
-   which ruled out the offset with the best objective for boxes the cap would have shortened.
+   paper: 4.9-6.6). Until the late night of 2026-12-01 the box-size condition was applied before the cap (each
+   offset at 24), which ruled out the offset with the best objective for boxes the cap would have shortened.
 
 Every online figure goes through `membox_local.evaluation.segmentation.evaluate` (the Loom's own rule). LLM
 scores come from benchmarks/cache/ (computed if missing, ~0.7 s per message here). Writes
@@ -81,7 +81,8 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--data-dir", default=str(REPO.parent / "shared" / "data"))
     p.add_argument("--config", default="cpu", help="models, window and history come from it (default: cpu)")
-    p.add_argument("--dialseg-limit", type=int, default=400, help="first N DialSeg711 dialogues (reported only)")
+    p.add_argument("--dialseg-limit", type=int, default=0,
+                   help="first N DialSeg711 dialogues (reported only; default 0: all 711, every score is cached)")
     p.add_argument("--locomo-limit", type=int, default=60,
                    help="first N messages of each LoCoMo conversation (0: none, and no box-size condition)")
     p.add_argument("--locomo-report", type=int, default=200,

@@ -1,6 +1,7 @@
 """The CPU configs' judges on a whole segmentation set, LLM scores from the committed cache (benchmarks/cache/).
 
     python benchmarks/segmentation_report.py [--data FILE ...] [--config SPEC ...] [--limit N] [--cached-only]
+                                             [--after N]
 
 SPEC is a config name or file, optionally with a judge: `cpu` (the default, hybrid with the LLM's PMI),
 `cpu-switch`, `cpu-minilm`, `cpu:embedding` (configs/cpu.toml with loom.judge = embedding). Default: those four,
@@ -62,6 +63,8 @@ def main() -> int:
     p.add_argument("--config", action="append", metavar="SPEC", help=f"default: {' '.join(DEFAULT_SPECS)}")
     p.add_argument("--limit", type=int, help="only the first N dialogues of each file")
     p.add_argument("--cached-only", action="store_true", help="only the leading dialogues whose scores are cached")
+    p.add_argument("--after", type=int, default=0, metavar="N",
+                   help="also the macro averages over the dialogues after the first N (a part held out of a choice)")
     args = p.parse_args()
     specs = args.config or DEFAULT_SPECS
     cfgs = {s: config_of(s) for s in specs}
@@ -83,7 +86,7 @@ def main() -> int:
         if not dls:
             raise SystemExit(f"{path}: no dialogue to measure")
         emb = LookupEmbedder(base, [m.text for d in dls for m in d.messages], RUNS / "vectors.npz")
-        from membox_local.evaluation.segmentation import evaluate
+        from membox_local.evaluation.segmentation import evaluate, summarise
 
         stem = Path(path).stem
         out = {"date": time.strftime("%Y-%m-%d"), "command": "python benchmarks/segmentation_report.py " +
@@ -101,6 +104,12 @@ def main() -> int:
             print(f"{stem} {spec:16s} {s['pk']:.3f} / {s['wd']:.3f} / {s['f1']:.3f}  "
                   f"({s['hyp_boundaries_per_dialogue']:.2f} boundaries per dialogue, reference "
                   f"{s['ref_boundaries_per_dialogue']:.2f}; {time.time() - t0:.0f}s)", file=sys.stderr, flush=True)
+            if 0 < args.after < len(rows):
+                rest = summarise(rows[args.after:])
+                out["configs"][spec][f"after_{args.after}"] = {
+                    k: rest[k] for k in ("dialogues", "pk", "wd", "f1", "hyp_boundaries_per_dialogue")}
+                print(f"{stem} {spec:16s} {rest['pk']:.3f} / {rest['wd']:.3f} / {rest['f1']:.3f}  "
+                      f"(dialogues {args.after + 1}-{len(rows)} alone)", file=sys.stderr, flush=True)
         for name, (pk_, wd_, f1_) in PUBLISHED.get(stem, {}).items():
             print(f"{stem} {name + ' (published)':16s} {pk_:.3f} / {wd_:.3f} / {f1_:.3f}", file=sys.stderr)
         RUNS.mkdir(parents=True, exist_ok=True)

@@ -259,7 +259,8 @@ def cmd_segmentation(args) -> int:
 def add_parser(subparsers) -> None:
     p = subparsers.add_parser("segmentation", help="score the Loom's continuity decisions on human topic boundaries")
     p.add_argument("--data", required=True, help="segmentation JSON ({id, turns, boundaries} list)")
-    p.add_argument("--judge", help=f"continuity judge: {', '.join(sorted(JUDGES))} (default: the config's [loom] judge)")
+    p.add_argument("--judge",
+                   help=f"continuity judge: {', '.join(sorted(JUDGES))} (default: the config's [loom] judge)")
     p.add_argument("--config", default="cpu", help="config name in configs/ or a .toml path")
     p.add_argument("--limit", type=int, help="only the first N dialogues")
     p.add_argument("--set", action="append", metavar="SECTION.KEY=VALUE",
