@@ -490,6 +490,10 @@ def cmd_locomo(args) -> int:
 
     # the hybrid's LLM scores come from the committed cache (computed and appended if missing)
     scorer = ScoreCache(cfg) if cfg.loom.judge == "hybrid" and make_judge(cfg.loom).uses_llm else None
+    if scorer is not None:  # missing scores first, session by session, in the order that reuses each prefix
+        sessions = [[m for m in v if m.session == s] for v in conversations.values()
+                    for s in dict.fromkeys(m.session for m in v)]
+        precompute_scores(sessions, scorer, cfg.loom.window, "LoCoMo")
     decisions, facts = run_segmenter(cfg, conversations, embedder=emb, backend=scorer)
     sizes = box_sizes(decisions)
     out = {"config": cfg.name, "judge": cfg.loom.judge, "overrides": overrides, "messages_per_box": sizes,

@@ -160,15 +160,16 @@ def load_content_vector(name: str) -> np.ndarray:
     """The `content` feature's vector from its JSON file ({"embedder", "vector", ...}); a relative path is
     looked up in configs/ first, then in the working directory."""
     if not name:
-        raise ValueError("the hybrid feature 'content' needs [loom] content_vector (a JSON file fitted by "
+        raise ConfigError("the hybrid feature 'content' needs [loom] content_vector (a JSON file fitted by "
                          "`python benchmarks/segmentation_content.py`, e.g. content/tiage-all-minilm-l6-v2.json)")
     path, data = read_content_file(name)
     try:
         vec = np.asarray(data["vector"], dtype=np.float32)
     except (ValueError, KeyError, TypeError) as e:
-        raise ValueError(f"{path}: not a content vector file (needs a JSON object with a list 'vector'): {e}") from None
+        raise ConfigError(f"{path}: not a content vector file (needs a JSON object with a list 'vector'): {e}") \
+            from None
     if vec.ndim != 1 or not len(vec) or not np.all(np.isfinite(vec)):
-        raise ValueError(f"{path}: 'vector' must be a non-empty list of finite numbers")
+        raise ConfigError(f"{path}: 'vector' must be a non-empty list of finite numbers")
     return vec
 
 
@@ -192,11 +193,11 @@ class HybridJudge(Judge):
     def __init__(self, cfg: LoomConfig):
         super().__init__(cfg)
         if not cfg.weights:
-            raise ValueError("the hybrid judge needs [loom] weights (feature -> weight); fit them with "
+            raise ConfigError("the hybrid judge needs [loom] weights (feature -> weight); fit them with "
                              "`python benchmarks/segmentation.py fit` or use configs/cpu.toml")
         unknown = sorted(set(cfg.weights) - set(FEATURES))
         if unknown:
-            raise ValueError(f"[loom] weights: unknown hybrid feature(s) {unknown}; known: {list(FEATURES)}")
+            raise ConfigError(f"[loom] weights: unknown hybrid feature(s) {unknown}; known: {list(FEATURES)}")
         self.weights = {k: float(v) for k, v in cfg.weights.items()}
         used = {k for k, w in self.weights.items() if w}
         if cfg.switch_ratio:  # the switch rule reads lm_pmi_ratio whatever its weight
@@ -205,7 +206,7 @@ class HybridJudge(Judge):
         self.uses_conversation = bool(used & set(CONV_FEATURES))
         self.content = load_content_vector(cfg.content_vector) if "content" in used else None
         if self.uses_conversation and cfg.history < LEVEL_AFTER:
-            raise ValueError(f"[loom] history = {cfg.history}: the *_conv features need at least {LEVEL_AFTER} "
+            raise ConfigError(f"[loom] history = {cfg.history}: the *_conv features need at least {LEVEL_AFTER} "
                              "earlier messages")
         # the earlier messages' PMIs need their own `window` predecessors
         self.history = cfg.history + (cfg.window if self.uses_llm else 0) if self.uses_conversation else 0
@@ -218,7 +219,7 @@ class HybridJudge(Judge):
         feats = hybrid_features(vecs[:-1], vecs[-1], box, new, self.cfg.window)
         if self.content is not None:
             if len(self.content) != vecs.shape[1]:
-                raise ValueError(f"[loom] content_vector {self.cfg.content_vector!r} has {len(self.content)} "
+                raise ConfigError(f"[loom] content_vector {self.cfg.content_vector!r} has {len(self.content)} "
                                  f"dimensions, the embedder gives {vecs.shape[1]}: fit one for this embedder "
                                  "(benchmarks/segmentation_content.py) or drop the 'content' weight")
             feats["content"] = float(self.content @ vecs[-1])
