@@ -99,6 +99,9 @@ def main(argv=None) -> int:
                    help="recall: the judge's score requests from benchmarks/cache/ (seg_cache.ScoreCache; missing "
                         "ones are computed and added), MiniLM vectors from runs/segmentation/vectors.npz")
     a = p.parse_args(argv)
+    if a.step != "recall" and (a.sessions or a.cached_scores):
+        p.error("--sessions and --cached-scores serve the recall step only (the others fix their own sessions and "
+                "extract records with the LLM)")
     variants = header_variants()  # so that --modes may name them in any step
     windows = window_variants()
     if a.step == "recall":
@@ -125,8 +128,6 @@ def main(argv=None) -> int:
                      out=a.out or f"runs/bench-boxaware-{a.step}-{a.config}-s4")
     backend = embedder = None
     if a.cached_scores:
-        if a.step != "recall":
-            p.error("--cached-scores serves the recall step only (the other steps extract records with the LLM)")
         sys.path.insert(0, str(Path(__file__).resolve().parent))
         from seg_cache import LookupEmbedder, ScoreCache
 

@@ -137,6 +137,13 @@ def no_boundaries(dialogues) -> dict:
     return {m: round(float(np.mean([r[m] for r in rows])), 4) for m in ("pk", "wd", "f1")}
 
 
+def sessions_of(conversations: dict[str, list]) -> list[list]:
+    """Each conversation's messages split by session, in order: a session change seals the box, so the judge's
+    context never crosses one (the unit that precompute_scores scores)."""
+    return [[m for m in v if m.session == s] for v in conversations.values()
+            for s in dict.fromkeys(m.session for m in v)]
+
+
 def locomo_sizes(cfg, conversations, emb, scorer=None) -> dict:
     decisions, facts = run_segmenter(cfg, conversations, embedder=emb, backend=scorer)
     sizes = box_sizes(decisions)
@@ -491,9 +498,7 @@ def cmd_locomo(args) -> int:
     # the hybrid's LLM scores come from the committed cache (computed and appended if missing)
     scorer = ScoreCache(cfg) if cfg.loom.judge == "hybrid" and make_judge(cfg.loom).uses_llm else None
     if scorer is not None:  # missing scores first, session by session, in the order that reuses each prefix
-        sessions = [[m for m in v if m.session == s] for v in conversations.values()
-                    for s in dict.fromkeys(m.session for m in v)]
-        precompute_scores(sessions, scorer, cfg.loom.window, "LoCoMo")
+        precompute_scores(sessions_of(conversations), scorer, cfg.loom.window, "LoCoMo")
     decisions, facts = run_segmenter(cfg, conversations, embedder=emb, backend=scorer)
     sizes = box_sizes(decisions)
     out = {"config": cfg.name, "judge": cfg.loom.judge, "overrides": overrides, "messages_per_box": sizes,

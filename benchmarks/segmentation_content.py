@@ -41,7 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from seg_cache import LookupEmbedder, ScoreCache, precompute_scores  # noqa: E402
 from segmentation import (FEATURE_SETS, REPO, RUNS, joined, load_config, load_dialogues, locomo_sizes,  # noqa: E402
-                          no_boundaries, objective, run, teacher_forced, with_loom)
+                          no_boundaries, objective, run, sessions_of, teacher_forced, with_loom)
 from segmentation_transfer import joins_only  # noqa: E402
 
 from membox_local.judges import FEATURES  # noqa: E402
@@ -116,8 +116,7 @@ def main() -> int:
     emb = LookupEmbedder(base, [m.text for ds in (train, dev, dialseg) for d in ds for m in d.messages] +
                          [m.text for v in report_locomo.values() for m in v], RUNS / "vectors.npz")
     scorer = None if args.no_lm else ScoreCache(base)
-    sessions = [[m for m in v if m.session == s] for v in report_locomo.values()
-                for s in dict.fromkeys(m.session for m in v)]
+    sessions = sessions_of(report_locomo)
     for label, groups in (("TIAGE train 0-99", [d.messages for d in lm_fold]), ("TIAGE dev", [d.messages for d in dev]),
                           ("TIAGE dev joined", [d.messages for d in sets["tiage_dev_joined"]]),
                           ("DialSeg711", [d.messages for d in dialseg]), ("LoCoMo", sessions)):
@@ -193,8 +192,8 @@ def main() -> int:
         cap, cap_rows = capped(float(offset))
         c = judge(float(offset), cap)
         row = {"offset": float(offset), "max_box_messages": cap, "caps": cap_rows,
-               **{k: run(c, v, emb, scorer) for k, v in sets.items()}, "locomo": sizes(c),
-               "locomo_uncapped": sizes(judge(float(offset)))}
+               **{k: run(c, v, emb, scorer) for k, v in sets.items()}, "locomo": sizes(c)}
+        row["locomo_uncapped"] = row["locomo"] if cap == SWEEP_MAX_BOX else sizes(judge(float(offset)))
         row["selection"] = round((objective(row["tiage_dev"]) + objective(row["tiage_dev_joined"])) / 2, 4)
         out["sweep"].append(row)
         show(f"offset {offset:+.2f}", row)

@@ -161,7 +161,7 @@ def load_content_vector(name: str) -> np.ndarray:
     looked up in configs/ first, then in the working directory."""
     if not name:
         raise ConfigError("the hybrid feature 'content' needs [loom] content_vector (a JSON file fitted by "
-                         "`python benchmarks/segmentation_content.py`, e.g. content/tiage-all-minilm-l6-v2.json)")
+                          "`python benchmarks/segmentation_content.py`, e.g. content/tiage-all-minilm-l6-v2.json)")
     path, data = read_content_file(name)
     try:
         vec = np.asarray(data["vector"], dtype=np.float32)
@@ -194,7 +194,7 @@ class HybridJudge(Judge):
         super().__init__(cfg)
         if not cfg.weights:
             raise ConfigError("the hybrid judge needs [loom] weights (feature -> weight); fit them with "
-                             "`python benchmarks/segmentation.py fit` or use configs/cpu.toml")
+                              "`python benchmarks/segmentation.py fit` or use configs/cpu.toml")
         unknown = sorted(set(cfg.weights) - set(FEATURES))
         if unknown:
             raise ConfigError(f"[loom] weights: unknown hybrid feature(s) {unknown}; known: {list(FEATURES)}")
@@ -207,7 +207,7 @@ class HybridJudge(Judge):
         self.content = load_content_vector(cfg.content_vector) if "content" in used else None
         if self.uses_conversation and cfg.history < LEVEL_AFTER:
             raise ConfigError(f"[loom] history = {cfg.history}: the *_conv features need at least {LEVEL_AFTER} "
-                             "earlier messages")
+                              "earlier messages")
         # the earlier messages' PMIs need their own `window` predecessors
         self.history = cfg.history + (cfg.window if self.uses_llm else 0) if self.uses_conversation else 0
         self._pmi: OrderedDict[tuple[str, str], float] = OrderedDict()
@@ -220,8 +220,8 @@ class HybridJudge(Judge):
         if self.content is not None:
             if len(self.content) != vecs.shape[1]:
                 raise ConfigError(f"[loom] content_vector {self.cfg.content_vector!r} has {len(self.content)} "
-                                 f"dimensions, the embedder gives {vecs.shape[1]}: fit one for this embedder "
-                                 "(benchmarks/segmentation_content.py) or drop the 'content' weight")
+                                  f"dimensions, the embedder gives {vecs.shape[1]}: fit one for this embedder "
+                                  "(benchmarks/segmentation_content.py) or drop the 'content' weight")
             feats["content"] = float(self.content @ vecs[-1])
         if self.uses_conversation:
             feats.update(conversation_features(list(earlier)[-self.cfg.history:], new, box[-1]))
