@@ -1,4 +1,4 @@
-"""Box-aware retrieval (membox_local/boxaware.py) against the baselines on LoCoMo, for BENCHMARKS.md.
+"""Box-aware retrieval (membox_local/retrieval/boxhits.py) against the baselines on LoCoMo, for BENCHMARKS.md.
 
     # evidence recall on the six dev conversations, boxes from the config's judge, no language model
     python benchmarks/boxaware_bench.py recall
@@ -34,9 +34,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import numpy as np  # noqa: E402
 
-from membox_local.boxaware import HEADERS, BoxHitsRetriever, BoxHitsTraceRetriever, _unit  # noqa: E402
+from membox_local.retrieval.boxhits import HEADERS, BoxHitsRetriever, BoxHitsTraceRetriever, _unit  # noqa: E402
 from membox_local.evaluation.locomo import DEFAULT_DATA, Settings, markdown, run  # noqa: E402
-from membox_local.retrieve import RETRIEVERS  # noqa: E402
+from membox_local.retrieval import RETRIEVERS  # noqa: E402
 
 DEV = ["conv-26", "conv-30", "conv-41", "conv-42", "conv-43", "conv-44"]
 BOX_ONLY_MODES = ["turn-rag", "chunk-rag", "box-hits"]

@@ -32,7 +32,7 @@ from membox_local.config import load_config  # noqa: E402
 from membox_local.ingest import load_messages  # noqa: E402
 from membox_local.memory import Memory  # noqa: E402
 from membox_local.records import Message  # noqa: E402
-from membox_local.scheduler import build_conversations  # noqa: E402
+from membox_local.execution.batch import build_conversations  # noqa: E402
 from _report import emit  # benchmarks/_report.py (scripts run as `python benchmarks/NAME.py`)
 
 # Membox with GPT-4o-mini (paper, Tables 5 and 6): 892 boxes

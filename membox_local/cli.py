@@ -10,7 +10,7 @@ from pathlib import Path
 
 from .config import ConfigError, load_config
 from .ingest import InputError, load_messages
-from .models import ModelNotFound
+from .weights import ModelNotFound
 from .store import StoreError
 
 DEMO_DATA = Path(__file__).parent / "data" / "demo.jsonl"
@@ -52,7 +52,7 @@ def cmd_build(args) -> int:
 
 
 def _build_local(mem, args, messages, convs: list[str]) -> None:
-    from .scheduler import build_conversations
+    from .execution.batch import build_conversations
 
     cfg = mem.config
     before = len(mem.store.message_rows())
@@ -94,7 +94,7 @@ def _local_backend(cfg, jobs: int):
 
 
 def _build_ray(args, messages, convs, cfg) -> int:
-    from .engines.ray_engine import build_with_ray, read_manifest, require_ray
+    from .execution.ray_engine import build_with_ray, read_manifest, require_ray
     from .memory import Memory
 
     read_manifest(Path(args.store), args.jobs)  # a local-engine store or another shard count: refused first
@@ -120,19 +120,14 @@ def _build_ray(args, messages, convs, cfg) -> int:
 
 
 def _finish_build(mem, convs: list[str], store: str, wall_s: float, extra: dict) -> None:
-    mem.sync_box_index()
+    mem.sync()
     stats = mem.stats()
     stats["wall_s"] = round(wall_s, 2)
     stats.update(extra)
-    failed = stats["box_status"].get("failed", 0)
     print(json.dumps(stats, indent=2))
-    if failed:
-        print(f"warning: {failed} box(es) failed extraction (see `membox show {store} --failed`); "
-              f"rerun the same build to retry them", file=sys.stderr)
-    unwoven = sum(len(mem.store.unwoven_boxes(c)) for c in convs) if mem.weaver is not None else 0
-    if unwoven:
-        print(f"warning: {unwoven} box(es) not woven into traces (a weaving call failed; the box's error is in "
-              f"`membox show {store}`); rerun the same build to retry them", file=sys.stderr)
+    for comp in mem.components:
+        for line in comp.warnings(convs):
+            print(f"warning: {line}", file=sys.stderr)
 
 
 def cmd_ask(args) -> int:
@@ -160,10 +155,10 @@ def _ask(mem, args) -> None:
 
 
 def cmd_show(args) -> int:
-    from .store import Store
+    from .memory import open_store
 
     _require_store(args.store)
-    store = Store(Path(args.store) / "memory.db")
+    store = open_store(args.store)
     if args.traces:
         from .show import print_traces
 

@@ -102,7 +102,7 @@ class Side:
         self.mem = Memory(folder, cfg, backend=backend, embedder=embedder)
         t0 = time.time()
         self.mem.add(messages, seal=True)
-        self.mem.sync_box_index()
+        self.mem.sync()
         self.build_s = time.time() - t0
         self.answer_s = 0.0
 

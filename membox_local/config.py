@@ -1,11 +1,17 @@
-"""Typed configuration, loaded from TOML files in configs/ (or any path).
+"""Typed configuration, loaded from TOML files: the package's own (membox_local/configs/<name>.toml, found the
+same way from a wheel and from a checkout) or a path the user passes.
 
-Every section is a dataclass; unknown keys and wrong types fail with a message that names the file,
-the section and the key, so a typo never silently falls back to a default.
+The dataclass defaults below are the shipped CPU default (configs/cpu.toml holds the same values with what
+each means and which command fitted it; a test keeps the two equal). A config may start with
+`extends = "cpu"` (a package config's name, or a path relative to the file) and hold only what differs.
+Every value is checked when the file loads: unknown sections and keys, wrong types, names outside their
+enumeration and numbers outside their range fail with one line that names the file, the section and the key.
 """
 from __future__ import annotations
 
 import dataclasses
+import json
+import math
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,34 +22,58 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-CONFIG_DIR = REPO_ROOT / "configs"
+PACKAGE_DIR = Path(__file__).resolve().parent
+CONFIG_DIR = PACKAGE_DIR / "configs"  # package data: the configs users name with `--config NAME`
+
+# Names a config may use. The registries that implement them (backends.BACKENDS, judges.JUDGES,
+# systems.SYSTEMS) are checked against these lists by tests/test_config.py.
+LLM_BACKENDS = ("llamacpp", "openai", "vllm", "transformers")
+EMBEDDER_BACKENDS = ("sentence-transformers", "openai")
+JUDGE_NAMES = ("embedding", "llm", "llm-logprob", "hybrid", "authors")
+# the hybrid judge's features: the keys [loom] weights accepts (computed in judges.py)
+LM_FEATURES = ("lm_pmi", "lm_cond", "lm_pmi_low", "lm_pmi_conv", "lm_pmi_conv_low", "lm_pmi_ratio")
+CONV_FEATURES = ("new_question_conv", "last_question_conv", "len_new_conv", "len_last_conv", "lm_pmi_conv",
+                 "lm_pmi_conv_low", "lm_pmi_ratio")
+FEATURES = ("cos_last", "cos_prev", "cos_window", "cos_box", "cohesion", "rel_last", "rel_window", "max_box",
+            "speaker_change", "new_question", "last_question", "len_new", "len_last", "box_age",
+            "new_question_conv", "last_question_conv", "len_new_conv", "len_last_conv", "content") + LM_FEATURES
+LEVEL_AFTER = 3  # the *_conv features are neutral until the conversation has this many earlier messages
+
+
+def _opt(default: Any, *, choices: tuple | None = None, what: str = "value", lo: float | None = None,
+         hi: float | None = None, factory: bool = False):
+    """A field with its default and the values it accepts (checked at load); `what` names a choice in errors."""
+    meta = {"choices": choices, "what": what, "lo": lo, "hi": hi}
+    if factory:
+        return field(default_factory=default, metadata=meta)
+    return field(default=default, metadata=meta)
 
 
 @dataclass
 class LLMConfig:
-    backend: str = "llamacpp"  # llamacpp | openai | vllm | transformers
+    backend: str = _opt("llamacpp", choices=LLM_BACKENDS, what="LLM backend")
     model: str = "qwen2.5-coder-0.5b"  # a name in models/manifest.toml, or a path
-    n_ctx: int = 4096
-    n_threads: int = 0  # 0: every core
-    n_batch: int = 512
-    score_ctx: int = 512  # llama.cpp: context of the separate instance that answers score requests
+    n_ctx: int = _opt(4096, lo=256)
+    n_threads: int = _opt(0, lo=0)  # 0: every core
+    n_batch: int = _opt(512, lo=1)
+    score_ctx: int = _opt(512, lo=64)  # llama.cpp: context of the separate instance that answers score requests
     seed: int = 0
-    temperature: float = 0.0
-    max_retries: int = 1  # extra attempts when structured output fails to parse
+    temperature: float = _opt(0.0, lo=0.0, hi=2.0)
+    max_retries: int = _opt(1, lo=0, hi=10)  # extra attempts when structured output fails to parse
     # OpenAI-compatible servers
     base_url: str = ""
     api_key_env: str = "OPENAI_API_KEY"
-    timeout_s: float = 60.0
-    max_concurrency: int = 8
-    response_format: str = "json_schema"  # json_schema (OpenAI, vLLM) | json_object (llama-cpp-python server)
-    extra_body: dict[str, Any] = field(default_factory=dict)  # extra request fields, e.g. {repeat_penalty = 1.0}
+    timeout_s: float = _opt(60.0, lo=0.1)
+    max_concurrency: int = _opt(8, lo=1)
+    # json_schema (OpenAI, vLLM) | json_object (llama-cpp-python server)
+    response_format: str = _opt("json_schema", choices=("json_schema", "json_object"), what="response format")
+    extra_body: dict[str, Any] = _opt(dict, factory=True)  # extra request fields, e.g. {repeat_penalty = 1.0}
     # vLLM
     dtype: str = "auto"
-    gpu_memory_utilization: float = 0.85
-    max_model_len: int = 8192
-    max_num_seqs: int = 256
-    tensor_parallel_size: int = 1
+    gpu_memory_utilization: float = _opt(0.85, lo=0.05, hi=1.0)
+    max_model_len: int = _opt(8192, lo=256)
+    max_num_seqs: int = _opt(256, lo=1)
+    tensor_parallel_size: int = _opt(1, lo=1)
     structured_engine: str = "outlines"
     # transformers
     device: str = "cpu"
@@ -51,75 +81,81 @@ class LLMConfig:
 
 @dataclass
 class EmbedderConfig:
-    backend: str = "sentence-transformers"  # sentence-transformers | openai
+    backend: str = _opt("sentence-transformers", choices=EMBEDDER_BACKENDS, what="embedder backend")
     model: str = "all-minilm-l6-v2"
-    batch_size: int = 64
+    batch_size: int = _opt(64, lo=1)
     device: str = "cpu"
 
 
 @dataclass
+class MemoryConfig:
+    # the memory systems a build makes, each a component of Memory (membox_local/systems): "membox" files
+    # messages into topic boxes with records and traces
+    systems: list[str] = _opt(lambda: ["membox"], factory=True)
+
+
+_CPU_WEIGHTS = {
+    "cos_last": 1.4044, "cos_prev": 0.7793, "cos_window": 1.5329, "cos_box": 1.431, "cohesion": 0.495,
+    "rel_last": 0.8219, "rel_window": 0.7524, "max_box": 1.3465, "box_age": 0.0356, "new_question_conv": -0.7133,
+    "last_question_conv": 0.5783, "len_new_conv": -0.2879, "len_last_conv": -0.0874, "content": 14.6803,
+    "lm_pmi_conv": 0.5642, "lm_pmi_conv_low": -0.4283,
+}
+
+
+@dataclass
 class LoomConfig:
-    judge: str = "embedding"  # embedding | llm | llm-logprob | hybrid | authors
-    window: int = 2  # recent messages of the open box the judge compares against
-    threshold: float = 0.3  # embedding judge: cosine below this opens a new box
-    prob_threshold: float = 0.5  # llm-logprob judge: p(yes) below this opens a new box
-    min_box_messages: int = 2  # minimal-context rule: a new box takes one adjacent reply unjudged
-    max_box_messages: int = 24  # a box this long seals regardless of the judge
+    judge: str = _opt("hybrid", choices=JUDGE_NAMES, what="continuity judge")
+    window: int = _opt(2, lo=1, hi=64)  # recent messages of the open box the judge compares against
+    threshold: float = _opt(0.275, lo=-1.0, hi=1.0)  # embedding judge: cosine below this opens a new box
+    prob_threshold: float = _opt(0.5, lo=0.0, hi=1.0)  # llm-logprob judge: p(yes) below this opens a new box
+    min_box_messages: int = _opt(2, lo=1)  # minimal-context rule: a new box takes one adjacent reply unjudged
+    max_box_messages: int = _opt(16, lo=1)  # a box this long seals regardless of the judge
     seal_on_session_change: bool = True
-    # hybrid judge: logistic weights over named features (membox_local.judges.FEATURES), fitted by
-    # `python benchmarks/segmentation.py fit` or `fit-lm`
-    weights: dict[str, float] = field(default_factory=dict)
-    bias: float = 0.0
-    # hybrid judge, likelihood features: lm_pmi_low = min(lm_pmi, lm_knot), the part of the model's PMI that
-    # marks a hard switch (the box's lines do not help predict the new one)
-    lm_knot: float = 1.0
-    # hybrid judge, *_conv features: how many of the conversation's earlier messages set its own level
-    history: int = 30
-    # hybrid judge, `content` feature: a JSON file with a vector fitted for the embedder (relative paths are
-    # taken from configs/); `content` = that vector . the new message's unit embedding (what a line that
-    # opens a topic looks like), fitted by `python benchmarks/segmentation_content.py`
-    content_vector: str = ""
-    # hybrid judge: a box also opens whenever lm_pmi_ratio (the new line's PMI over the conversation's median)
-    # falls below this, whatever the logistic says (hard switches); 0 turns the rule off
-    switch_ratio: float = 0.0
+    weights: dict[str, float] = _opt(lambda: dict(_CPU_WEIGHTS), factory=True)  # hybrid judge: feature -> weight
+    bias: float = 0.5798
+    lm_knot: float = 1.0  # hybrid: lm_pmi_low = min(lm_pmi, lm_knot)
+    history: int = _opt(30, lo=0)  # hybrid, *_conv features: earlier messages that set the conversation's level
+    content_vector: str = "content/tiage-all-minilm-l6-v2.json"  # hybrid, `content`: file relative to configs/
+    switch_ratio: float = _opt(0.4, lo=0.0)  # hybrid: a box opens when lm_pmi_ratio < this (0: off)
 
 
 @dataclass
 class ExtractConfig:
-    max_topic_chars: int = 80
-    max_keywords: int = 8
-    max_keyword_chars: int = 40
-    max_events: int = 6
-    max_event_chars: int = 160
-    min_grounding: float = 0.5  # share of an event's content words found in the box text
-    max_tokens: int = 400
+    max_topic_chars: int = _opt(80, lo=8)
+    max_keywords: int = _opt(8, lo=1)
+    max_keyword_chars: int = _opt(40, lo=4)
+    max_events: int = _opt(6, lo=1)
+    max_event_chars: int = _opt(160, lo=16)
+    min_grounding: float = _opt(0.5, lo=0.0, hi=1.0)  # share of an event's content words found in the box text
+    max_tokens: int = _opt(400, lo=16)
 
 
 @dataclass
 class WeaverConfig:
     enabled: bool = True
-    vote_threshold: float = 0.5
-    max_candidates: int = 4
-    max_tokens: int = 200
+    vote_threshold: float = _opt(0.5, lo=-1.0, hi=1.0)
+    max_candidates: int = _opt(4, lo=1)
+    max_tokens: int = _opt(200, lo=16)
 
 
 @dataclass
 class RetrieveConfig:
-    mode: str = "compact"  # compact | trace
-    k: int = 10
-    budget_tokens: int = 1500
-    event_k: int = 2
+    mode: str = "box-hits"  # a mode of membox_local.retrieval or of a configured memory system
+    k: int = _opt(10, lo=1)
+    budget_tokens: int = _opt(1500, lo=1)
+    event_k: int = _opt(2, lo=0)
 
 
 @dataclass
 class AnswerConfig:
-    max_tokens: int = 48
+    max_tokens: int = _opt(48, lo=1)
 
 
 @dataclass
 class Config:
     llm: LLMConfig = field(default_factory=LLMConfig)
     embedder: EmbedderConfig = field(default_factory=EmbedderConfig)
+    memory: MemoryConfig = field(default_factory=MemoryConfig)
     loom: LoomConfig = field(default_factory=LoomConfig)
     extract: ExtractConfig = field(default_factory=ExtractConfig)
     weaver: WeaverConfig = field(default_factory=WeaverConfig)
@@ -135,24 +171,39 @@ class ConfigError(ValueError):
     pass
 
 
+def _check_value(cls, f: dataclasses.Field, value: Any, where: str) -> Any:
+    default = getattr(cls(), f.name)
+    if isinstance(default, bool) and not isinstance(value, bool):
+        raise ConfigError(f"{where}: expected true/false, got {value!r}")
+    if isinstance(default, float) and isinstance(value, int) and not isinstance(value, bool):
+        value = float(value)
+    if not isinstance(value, type(default)) or (isinstance(value, int) and isinstance(value, bool)
+                                                 and not isinstance(default, bool)):
+        raise ConfigError(f"{where}: expected {type(default).__name__}, got {value!r}")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ConfigError(f"{where}: expected a finite number, got {value!r}")
+    meta = f.metadata
+    if meta.get("choices") and value not in meta["choices"]:
+        raise ConfigError(f"{where}: unknown {meta['what']} {value!r}; choose one of {', '.join(meta['choices'])}")
+    if meta.get("lo") is not None and value < meta["lo"]:
+        raise ConfigError(f"{where}: {value!r} is below the smallest accepted value, {meta['lo']}")
+    if meta.get("hi") is not None and value > meta["hi"]:
+        raise ConfigError(f"{where}: {value!r} is above the largest accepted value, {meta['hi']}")
+    return value
+
+
 def _build(cls, data: dict[str, Any], where: str):
     fields = {f.name: f for f in dataclasses.fields(cls)}
     kwargs = {}
     for key, value in data.items():
         if key not in fields:
             raise ConfigError(f"{where}: unknown key '{key}'; known keys: {', '.join(sorted(fields))}")
-        default = getattr(cls(), key)
-        if isinstance(default, bool) and not isinstance(value, bool):
-            raise ConfigError(f"{where}.{key}: expected true/false, got {value!r}")
-        if isinstance(default, float) and isinstance(value, int) and not isinstance(value, bool):
-            value = float(value)
-        if not isinstance(value, type(default)):
-            raise ConfigError(f"{where}.{key}: expected {type(default).__name__}, got {value!r}")
-        kwargs[key] = value
+        kwargs[key] = _check_value(cls, fields[key], value, f"{where}.{key}")
     return cls(**kwargs)
 
 
 def config_from_dict(data: dict[str, Any], where: str = "config") -> Config:
+    """A Config from a dict shaped like the TOML file (sections of keys); every value checked."""
     sections = {f.name: f for f in dataclasses.fields(Config) if f.name != "name"}
     kwargs: dict[str, Any] = {}
     for key, value in data.items():
@@ -164,28 +215,72 @@ def config_from_dict(data: dict[str, Any], where: str = "config") -> Config:
         if not isinstance(value, dict):
             raise ConfigError(f"{where}: [{key}] must be a table")
         kwargs[key] = _build(sections[key].default_factory, value, f"{where} [{key}]")
-    return Config(**kwargs)
+    cfg = Config(**kwargs)
+    validate(cfg, where)
+    return cfg
+
+
+def validate(cfg: Config, where: str = "config") -> None:
+    """Checks across keys and against the registries: systems, retrieval mode, hybrid weights."""
+    from .retrieval import RETRIEVERS
+    from .systems import SYSTEMS
+
+    for name in cfg.memory.systems:
+        if name not in SYSTEMS:
+            raise ConfigError(f"{where} [memory] systems: unknown memory system {name!r}; "
+                              f"known: {', '.join(SYSTEMS)}")
+    if not cfg.memory.systems or len(set(cfg.memory.systems)) != len(cfg.memory.systems):
+        raise ConfigError(f"{where} [memory] systems: name at least one system, each once")
+    modes = set(RETRIEVERS) | {m for s in cfg.memory.systems for m in SYSTEMS[s].modes}
+    if cfg.retrieve.mode not in modes:
+        raise ConfigError(f"{where} [retrieve] mode: {cfg.retrieve.mode!r} is not a mode of these memory systems; "
+                          f"choose one of {', '.join(sorted(modes))}")
+    lc = cfg.loom
+    for feature, weight in lc.weights.items():
+        if feature not in FEATURES:
+            raise ConfigError(f"{where} [loom] weights: unknown hybrid feature {feature!r}; known: "
+                              f"{', '.join(FEATURES)}")
+        if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not math.isfinite(weight):
+            raise ConfigError(f"{where} [loom] weights.{feature}: expected a finite number, got {weight!r}")
+    if lc.min_box_messages > lc.max_box_messages:
+        raise ConfigError(f"{where} [loom]: min_box_messages ({lc.min_box_messages}) exceeds max_box_messages "
+                          f"({lc.max_box_messages})")
+    if lc.judge == "hybrid":
+        used = {k for k, w in lc.weights.items() if w} | ({"lm_pmi_ratio"} if lc.switch_ratio else set())
+        if not lc.weights:
+            raise ConfigError(f"{where}: the hybrid judge needs [loom] weights (feature -> weight); fit them with "
+                              "`membox fit` or keep configs/cpu.toml's")
+        if used & set(CONV_FEATURES) and lc.history < LEVEL_AFTER:
+            raise ConfigError(f"{where} [loom] history = {lc.history}: the *_conv features need at least "
+                              f"{LEVEL_AFTER} earlier messages")
+        if "content" in used:
+            if not lc.content_vector:
+                raise ConfigError(f"{where}: the hybrid feature 'content' needs [loom] content_vector (a JSON file "
+                                  "fitted by `membox fit content`, e.g. content/tiage-all-minilm-l6-v2.json)")
+            _check_content_embedder(cfg, where)
 
 
 def resolve_config_path(name_or_path: str | Path) -> Path:
+    """A path the user passes (a .toml file that exists), else the name of a package config. The current
+    directory never shadows the package's configs: pass ./configs/x.toml to use a file there."""
     p = Path(name_or_path)
-    if p.suffix == ".toml" and p.exists():
-        return p
-    for candidate in (Path("configs") / f"{name_or_path}.toml", CONFIG_DIR / f"{name_or_path}.toml"):
-        if candidate.exists():
-            return candidate
+    if p.suffix == ".toml":
+        if p.is_file():
+            return p
+        raise ConfigError(f"config file {p} not found")
+    candidate = CONFIG_DIR / f"{name_or_path}.toml"
+    if candidate.is_file() and "/" not in str(name_or_path):
+        return candidate
     known = sorted(x.stem for x in CONFIG_DIR.glob("*.toml")) if CONFIG_DIR.exists() else []
     raise ConfigError(f"config '{name_or_path}' not found: pass a .toml path or one of {known}")
 
 
 def read_content_file(name: str) -> tuple[Path, dict[str, Any]]:
-    """[loom] content_vector's file: an absolute path, or one relative to configs/ (then to the working
-    directory); returns (path, its JSON object)."""
-    import json
-
+    """[loom] content_vector's file: an absolute path, or one relative to the package's configs/ (then to the
+    working directory); returns (path, its JSON object)."""
     p = Path(name)
     candidates = [p] if p.is_absolute() else [CONFIG_DIR / p, p]
-    path = next((c for c in candidates if c.exists()), None)
+    path = next((c for c in candidates if c.is_file()), None)
     if path is None:
         raise ConfigError(f"[loom] content_vector: {name!r} not found (looked at {', '.join(map(str, candidates))})")
     try:
@@ -200,29 +295,55 @@ def read_content_file(name: str) -> tuple[Path, dict[str, Any]]:
 def _check_content_embedder(cfg: Config, where: str) -> None:
     """A content vector is fitted for one embedder: refuse a config that pairs it with another (a file without an
     'embedder' field is not checked)."""
-    if not cfg.loom.content_vector or not cfg.loom.weights.get("content"):
-        return
     path, data = read_content_file(cfg.loom.content_vector)
     fitted_for = data.get("embedder")
     if fitted_for and fitted_for != cfg.embedder.model:
         raise ConfigError(f"{where} [loom] content_vector: {path.name} was fitted for the embedder {fitted_for!r}, "
-                          f"the config uses {cfg.embedder.model!r}: fit one for it "
-                          "(benchmarks/segmentation_content.py) "
+                          f"the config uses {cfg.embedder.model!r}: fit one for it (`membox fit content`) "
                           "or set the 'content' weight to 0")
 
 
+def _read_toml(path: Path) -> dict[str, Any]:
+    try:
+        with open(path, "rb") as fh:
+            return tomllib.load(fh)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot read it ({exc})") from None
+
+
+def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    """`over` on top of `base`, section by section (a key's value replaces the base's whole, tables too)."""
+    out = {k: dict(v) if isinstance(v, dict) else v for k, v in base.items()}
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key].update(value)
+        else:
+            out[key] = value
+    return out
+
+
+def read_config_data(path: Path, seen: tuple[Path, ...] = ()) -> dict[str, Any]:
+    """The file's tables with its `extends` chain applied (the base first, then what this file changes)."""
+    data = _read_toml(path)
+    parent = data.pop("extends", None)
+    if parent is None:
+        return data
+    if not isinstance(parent, str):
+        raise ConfigError(f"{path}: extends must be a config name or a path, got {parent!r}")
+    parent_path = (path.parent / parent) if parent.endswith(".toml") else resolve_config_path(parent)
+    if parent_path.resolve() in seen or parent_path.resolve() == path.resolve():
+        raise ConfigError(f"{path}: extends {parent!r} makes a loop")
+    return _merge(read_config_data(parent_path, seen + (path.resolve(),)), data)
+
+
 def load_config(name_or_path: str | Path = "cpu", overrides: dict[str, Any] | None = None) -> Config:
-    """Load a config by name (configs/<name>.toml) or path; `overrides` is {"section.key": value}."""
+    """Load a config by name (the package's configs/<name>.toml) or path; `overrides` is {"section.key": value}."""
     path = resolve_config_path(name_or_path)
-    with open(path, "rb") as fh:
-        try:
-            data = tomllib.load(fh)
-        except tomllib.TOMLDecodeError as exc:
-            raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+    data = read_config_data(path)
     data.setdefault("name", path.stem)
     for dotted, value in (overrides or {}).items():
         section, _, key = dotted.partition(".")
         data.setdefault(section, {})[key] = value
-    cfg = config_from_dict(data, where=str(path))
-    _check_content_embedder(cfg, str(path))
-    return cfg
+    return config_from_dict(data, where=str(path))

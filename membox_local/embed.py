@@ -6,23 +6,14 @@ from typing import Sequence
 
 import numpy as np
 
+from .backends.base import Embedder
 from .config import EmbedderConfig
 from .store import Store, text_key
 
 
-class Embedder:
-    """Base: `encode` returns an (n, dim) float32 array of unit vectors."""
-
-    model_name = "base"
-    dim = 0
-
-    def encode(self, texts: Sequence[str]) -> np.ndarray:
-        raise NotImplementedError
-
-
 class SentenceTransformerEmbedder(Embedder):
     def __init__(self, cfg: EmbedderConfig):
-        from .models import resolve_model
+        from .weights import resolve_model
 
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")

@@ -17,7 +17,8 @@ from typing import Sequence
 import numpy as np
 
 from .backends.base import BackendError, LabelRequest, ScoreRequest
-from .config import ConfigError, LoomConfig, read_content_file
+from .config import (CONV_FEATURES, FEATURES, LEVEL_AFTER, LM_FEATURES, ConfigError, LoomConfig,  # noqa: F401
+                     read_content_file)
 from .prompts import (CONTINUITY_LABELS, DIALOGUE_HEADER, authors_continuity_prompt, continuity_prompt,
                       dialogue_context, dialogue_line)
 from .records import Message
@@ -128,7 +129,6 @@ def likelihood_features(box: Sequence[Message], new: Message, window: int, knot:
 # so that a genre where every other turn is a question (a booking dialogue) or where the model predicts lines
 # less well is judged against itself rather than against the chit-chat the weights were fitted on.
 QUESTION_PRIOR = 0.35  # share of messages with a "?" assumed before a conversation has LEVEL_AFTER earlier messages
-LEVEL_AFTER = 3  # earlier values a conversation needs before it has a level (below: the features are neutral)
 # lm_pmi_ratio divides by the conversation's median PMI, but never by less than this (nats per token): a
 # conversation whose lines barely predict each other would otherwise make every ratio large and unstable
 PMI_FLOOR = 0.3
@@ -146,14 +146,6 @@ def conversation_features(earlier: Sequence[Message], new: Message, last: Messag
     level = _median_or([math.log1p(_words(m.text)) for m in earlier], len_new)
     return {"new_question_conv": float("?" in new.text) - rate, "last_question_conv": float("?" in last.text) - rate,
             "len_new_conv": len_new - level, "len_last_conv": len_last - level}
-
-
-LM_FEATURES = ("lm_pmi", "lm_cond", "lm_pmi_low", "lm_pmi_conv", "lm_pmi_conv_low", "lm_pmi_ratio")
-CONV_FEATURES = ("new_question_conv", "last_question_conv", "len_new_conv", "len_last_conv", "lm_pmi_conv",
-                 "lm_pmi_conv_low", "lm_pmi_ratio")
-FEATURES = ("cos_last", "cos_prev", "cos_window", "cos_box", "cohesion", "rel_last", "rel_window", "max_box",
-            "speaker_change", "new_question", "last_question", "len_new", "len_last", "box_age",
-            "new_question_conv", "last_question_conv", "len_new_conv", "len_last_conv", "content") + LM_FEATURES
 
 
 def load_content_vector(name: str) -> np.ndarray:

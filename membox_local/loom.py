@@ -60,7 +60,7 @@ def decide(lc: LoomConfig, judge: Judge, open_box: Sequence[Message], m: Message
 
 class Loom:
     def __init__(self, conversation_id: str, store: Store, cfg: Config, judge: Judge | None = None,
-                 after_extract: Callable[[Box], Step] | None = None):
+                 after_extract: Callable[[Box], Step] | None = None, extract: bool = True):
         self.conversation_id = conversation_id
         self.store = store
         self.cfg = cfg
@@ -70,6 +70,7 @@ class Loom:
         self.earlier: list[Message] = store.filed_messages(conversation_id, self.judge.history) \
             if self.judge.history else []
         self.after_extract = after_extract  # e.g. the Trace Weaver's step for a newly extracted box
+        self.extracts = extract  # False: filing only, sealed boxes stay 'sealed' (a full build extracts them)
 
     # ---- the decision ---------------------------------------------------------------------------
     def process(self, m: Message) -> Step:
@@ -109,6 +110,8 @@ class Loom:
 
     # ---- extraction -----------------------------------------------------------------------------
     def extract(self, box: Box) -> Step:
+        if not self.extracts:
+            return box
         ec = self.cfg.extract
         try:
             res = yield JsonRequest(
@@ -142,3 +145,20 @@ def _dedupe(items: Iterable[str]) -> list[str]:
             seen.add(item.lower())
             out.append(item)
     return out
+
+
+def file_into_boxes(memory, conversation_id: str) -> int:
+    """File the conversation's pending messages in `memory` (a Memory) into boxes with the Loom's continuity
+    rule (the config's judge, online, as a build would), sealing every box but extracting none: what the
+    box-hits modes need, without a language model for records. Returns how many messages were filed."""
+    memory.check_build_settings()
+    loom = Loom(conversation_id, memory.store, memory.config, extract=False)
+    pending = memory.store.pending_messages(conversation_id)
+
+    def step():
+        for m in pending:
+            yield from loom.process(m)
+        yield from loom.seal_open()
+
+    memory.driver().drive(step(), conversation_id)
+    return len(pending)

@@ -9,20 +9,21 @@
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable
 
 from .backends.base import Backend, TextRequest
 from .config import Config, load_config
-from .driver import Driver
 from .embed import CachedEmbedder, Embedder, make_embedder
+from .execution.driver import Driver
 from .index import VectorIndex
-from .loom import Loom
 from .prompts import answer_prompt
 from .records import Box, Message
-from .retrieve import Context, box_index_text, make_retriever
-from .store import Store, StoreError
+from .retrieval import RETRIEVERS, Context, make_retriever
+from .store import StoreError, built_systems, store_class
+from .systems import SYSTEMS, component_class, tables_for
+from .systems.base import Component
 
 
 @dataclass
@@ -33,24 +34,30 @@ class Answer:
 
 
 class Memory:
+    """A memory folder: the shared store plus the memory systems (components) the config names."""
+
     def __init__(self, path: str | Path, config: Config | str | Path = "cpu",
                  backend: Backend | Callable[[], Backend] | None = None, embedder: Embedder | None = None):
         self.path = Path(path)
         self.path.mkdir(parents=True, exist_ok=True)
         self.config = config if isinstance(config, Config) else load_config(config)
-        self.store = Store(self.path / "memory.db")
+        built = built_systems(self.path / "memory.db")
+        self.store = store_class(tables_for(self.config.memory.systems))(self.path / "memory.db")
+        if any(name not in built for name in self.config.memory.systems):
+            self.store.set_meta("systems", json.dumps(built + [n for n in self.config.memory.systems if n not in built]))
         self._check_embedder_setting()
         self._embedder = embedder
         self._backend = backend
         self._indexes: dict[str, VectorIndex] = {}
-        self._looms: dict[str, Loom] = {}
-        self.after_extract = None  # set by the Trace Weaver when enabled
-        self.weaver = None
-        if self.config.weaver.enabled:
-            from .weaver import Weaver
+        self.components: list[Component] = [component_class(n)(self) for n in self.config.memory.systems]
 
-            self.weaver = Weaver(self.store, self.config)
-            self.after_extract = self.weaver.weave  # each box is woven once, right after its extraction
+    def system(self, name: str) -> Component:
+        """The component of the named memory system (`[memory] systems`)."""
+        for c in self.components:
+            if c.name == name:
+                return c
+        raise ValueError(f"{self.path}: the config {self.config.name!r} builds no {name!r} memory "
+                         f"(its [memory] systems: {', '.join(self.config.memory.systems)})")
 
     # ---- lazily loaded models -------------------------------------------------------------------
     @property
@@ -85,14 +92,13 @@ class Memory:
             )
 
     def build_settings(self) -> dict:
-        """The settings that decide what a build writes (boxes, records, traces); execution settings such as
-        threads, batch sizes or retrieval are free to change between runs."""
+        """The settings that decide what a build writes (the model, and each system's sections); execution
+        settings such as threads, batch sizes or retrieval are free to change between runs."""
         c = self.config
         out = {"llm.backend": c.llm.backend, "llm.model": c.llm.model, "llm.temperature": c.llm.temperature}
-        for section in ("loom", "extract", "weaver"):
-            for key, value in asdict(getattr(c, section)).items():
-                out[f"{section}.{key}"] = value
-        return json.loads(json.dumps(out))  # as stored: tuples become lists
+        for comp in self.components:
+            out.update(comp.build_settings())
+        return out
 
     def check_build_settings(self) -> None:
         """A memory is filed with one set of build settings: continuing it with others (another judge,
@@ -103,9 +109,9 @@ class Memory:
             self.store.set_meta("build_settings", json.dumps(now, sort_keys=True))
             return
         before = json.loads(stored)
-        # a setting added after the store was built counts as unchanged while it keeps its default
-        defaults = _setting_defaults()
-        before.update({k: defaults[k] for k in now if k not in before and k in defaults})
+        # a setting added after the store was built counts as unchanged while it keeps its value from before
+        for comp in self.components:
+            before.update({k: v for k, v in comp.before_key_existed.items() if k in now and k not in before})
         diff = sorted(k for k in set(before) | set(now) if before.get(k) != now.get(k))
         if diff:
             shown = "; ".join(f"{k}: {before.get(k)!r} then, {now.get(k)!r} now" for k in diff[:6])
@@ -113,25 +119,12 @@ class Memory:
                              f"continue it with the settings it was built with, or build into a new memory folder")
 
     # ---- writing --------------------------------------------------------------------------------
-    def loom(self, conversation_id: str) -> Loom:
-        if conversation_id not in self._looms:
-            self._looms[conversation_id] = Loom(conversation_id, self.store, self.config,
-                                                after_extract=self.after_extract)
-        return self._looms[conversation_id]
-
     def conversation_step(self, conversation_id: str, seal: bool, progress: Callable[[int], None] | None = None):
-        """The generator step that processes every pending message of one conversation."""
+        """The generator step that processes every pending message of one conversation, system by system
+        (the progress callback counts the first system's messages)."""
         self.check_build_settings()
-        loom = self.loom(conversation_id)
-        yield from loom.finish_pending()
-        if self.weaver is not None:
-            yield from self.weaver.weave_pending(conversation_id)  # boxes whose weaving failed earlier
-        for m in self.store.pending_messages(conversation_id):
-            yield from loom.process(m)
-            if progress:
-                progress(1)
-        if seal:
-            yield from loom.seal_open()
+        for n, comp in enumerate(self.components):
+            yield from comp.build_step(conversation_id, seal, progress if n == 0 else None)
 
     def add(self, messages: Iterable[Message | dict], seal: bool = False,
             progress: Callable[[int], None] | None = None) -> int:
@@ -152,29 +145,25 @@ class Memory:
         self.check_build_settings()
         driver = self.driver()
         for conv in [conversation_id] if conversation_id else self.store.conversations():
-            driver.drive(self.loom(conv).seal_open(), conv)
+            for comp in self.components:
+                driver.drive(comp.seal_step(conv), conv)
+
+    def sync(self) -> None:
+        """Bring every system's derived indexes up to date with the store."""
+        for comp in self.components:
+            comp.sync()
 
     # ---- reading --------------------------------------------------------------------------------
     def boxes(self, conversation_id: str | None = None) -> list[Box]:
+        """The box memory's boxes, with their messages and events."""
+        self.system("membox")
         return self.store.boxes(conversation_id)
 
     def index(self, name: str) -> VectorIndex:
+        """A vector index kept beside the store (`<name>.hnsw`), derived from it and rebuilt when deleted."""
         if name not in self._indexes:
             self._indexes[name] = VectorIndex(self.path / f"{name}.hnsw", self.embedder.dim)
         return self._indexes[name]
-
-    def sync_box_index(self) -> VectorIndex:
-        """Bring the box index up to date with the store: every extracted box, indexed once.
-
-        Runs before every search, so it reads only box ids and loads just the boxes the index lacks.
-        """
-        idx = self.index("boxes")
-        boxes = [self.store.box(i) for i in self.store.box_ids(status="extracted") if i not in idx]
-        if boxes:
-            vecs = self.embedder.encode([box_index_text(b) for b in boxes])
-            idx.add([b.id for b in boxes], [b.conversation_id for b in boxes], vecs)
-            idx.save()
-        return idx
 
     def _default_conversation(self, conversation_id: str | None) -> str | None:
         if conversation_id is not None:
@@ -185,16 +174,23 @@ class Memory:
     def search(self, question: str, k: int | None = None, conversation_id: str | None = None) -> list[tuple[Box, float]]:
         if not question.strip():
             raise ValueError("search: the question is empty")
-        k = k or self.config.retrieve.k
-        idx = self.sync_box_index()
-        qv = self.embedder.encode([question])[0]
-        hits = idx.search(qv, k, self._default_conversation(conversation_id))
-        return [(self.store.box(i), s) for i, s in hits]
+        return self.system("membox").search(question, k or self.config.retrieve.k,
+                                            self._default_conversation(conversation_id))
+
+    def modes(self) -> list[str]:
+        """Retrieval modes this memory can serve: the message-only ones and those of its systems."""
+        claimed = {m for info in SYSTEMS.values() for m in info.modes}
+        own = {m for n in self.config.memory.systems for m in SYSTEMS[n].modes}
+        return sorted(m for m in RETRIEVERS if m not in claimed or m in own)
 
     def context(self, question: str, conversation_id: str | None = None, mode: str | None = None,
                 k: int | None = None, budget_tokens: int | None = None) -> Context:
         rc = self.config.retrieve
-        retriever = make_retriever(mode or rc.mode, self)
+        mode = mode or rc.mode
+        if mode in RETRIEVERS and mode not in self.modes():
+            raise ValueError(f"retrieval mode '{mode}' reads a memory system this config does not build; "
+                             f"choose one of {self.modes()}")
+        retriever = make_retriever(mode, self)
         return retriever.retrieve(question, self._default_conversation(conversation_id), k or rc.k,
                                   budget_tokens or rc.budget_tokens)
 
@@ -213,25 +209,17 @@ class Memory:
 
     # ---- reporting ------------------------------------------------------------------------------
     def stats(self, conversation_id: str | None = None) -> dict:
-        boxes = self.store.boxes(conversation_id)
-        n_msgs = sum(len(b.messages) for b in boxes)
-        status: dict[str, int] = {}
-        for b in boxes:
-            status[b.status] = status.get(b.status, 0) + 1
-        return {
-            "conversations": len(self.store.conversations()) if conversation_id is None else 1,
-            "messages": n_msgs,
-            "boxes": len(boxes),
-            "messages_per_box": round(n_msgs / len(boxes), 2) if boxes else 0.0,
-            "box_status": status,
-            "events": len(self.store.events(conversation_id)),
-            "traces": len(self.store.traces(conversation_id)),
-            "llm_usage": self.store.usage_by_stage(conversation_id),
-        }
+        out = {"conversations": len(self.store.conversations()) if conversation_id is None else 1}
+        for comp in self.components:
+            out.update(comp.stats(conversation_id))
+        out["llm_usage"] = self.store.usage_by_stage(conversation_id)
+        return out
 
     def close(self) -> None:
         for idx in self._indexes.values():
             idx.save()
+        for comp in self.components:
+            comp.close()
         if isinstance(self._backend, Backend):
             self._backend.close()
         self.store.close()
@@ -247,12 +235,7 @@ def dump_json(obj) -> str:
     return json.dumps(obj, indent=2, ensure_ascii=False)
 
 
-def _setting_defaults() -> dict:
-    """Default value of every build setting (dataclass defaults), as `build_settings` stores them."""
-    from .config import ExtractConfig, LoomConfig, WeaverConfig
-
-    out = {}
-    for section, cls in (("loom", LoomConfig), ("extract", ExtractConfig), ("weaver", WeaverConfig)):
-        for key, value in asdict(cls()).items():
-            out[f"{section}.{key}"] = value
-    return json.loads(json.dumps(out))
+def open_store(path: str | Path):
+    """A memory folder's store with the tables of every system built in it, for reading without a config."""
+    db = Path(path) / "memory.db"
+    return store_class(tables_for(built_systems(db)))(db)

@@ -1,8 +1,13 @@
-"""SQLite is the source of truth: messages, boxes, events, traces, embeddings and LLM usage.
+"""SQLite is the source of truth: one database per memory folder.
 
-The schema is versioned (meta.schema_version) and the database runs in WAL mode. A message row is written
-before it is processed and marked processed in the same transaction that files it into a box, so an
-interrupted build resumes exactly where it stopped.
+`Store` holds the tables every memory system shares (meta, messages, the embedding cache, LLM usage). Each
+memory system adds its own tables and queries as a mixin class (`TABLES`, `SCHEMA`, `SCHEMA_VERSION` and its
+merge rules, e.g. systems/membox_tables.py); `store_class(mixins)` composes them with `Store`, and opening
+the store creates or migrates each part's tables under its own version (meta `schema_version` for the shared
+tables, `schema_version.<name>` for a system's). The database runs in WAL mode. A message row is written
+before it is processed and marked processed in the same transaction that files it, so an interrupted build
+resumes exactly where it stopped. The messages table's filing columns (box_id, decision, score, processed)
+record the box memory's progress; they predate the split into systems and stay here.
 """
 from __future__ import annotations
 
@@ -16,7 +21,7 @@ from typing import Iterable, Iterator
 
 import numpy as np
 
-from .records import Box, Event, Message, Trace
+from .records import Message
 
 SCHEMA_VERSION = 1
 
@@ -38,39 +43,6 @@ CREATE TABLE IF NOT EXISTS messages (
     UNIQUE (conversation_id, message_id)
 );
 CREATE INDEX IF NOT EXISTS messages_conv_seq ON messages (conversation_id, seq);
-CREATE TABLE IF NOT EXISTS boxes (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    conversation_id TEXT NOT NULL,
-    session TEXT NOT NULL,
-    session_date TEXT NOT NULL,
-    status TEXT NOT NULL,
-    topic TEXT NOT NULL DEFAULT '',
-    keywords TEXT NOT NULL DEFAULT '[]',
-    error TEXT NOT NULL DEFAULT '',
-    woven INTEGER NOT NULL DEFAULT 0
-);
-CREATE INDEX IF NOT EXISTS boxes_conv ON boxes (conversation_id, status);
-CREATE TABLE IF NOT EXISTS events (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    box_id INTEGER NOT NULL REFERENCES boxes(id),
-    conversation_id TEXT NOT NULL,
-    idx INTEGER NOT NULL,
-    text TEXT NOT NULL,
-    date TEXT NOT NULL,
-    grounding REAL NOT NULL
-);
-CREATE INDEX IF NOT EXISTS events_box ON events (box_id);
-CREATE TABLE IF NOT EXISTS traces (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    conversation_id TEXT NOT NULL,
-    summary TEXT NOT NULL DEFAULT ''
-);
-CREATE TABLE IF NOT EXISTS trace_events (
-    trace_id INTEGER NOT NULL REFERENCES traces(id),
-    event_id INTEGER NOT NULL REFERENCES events(id),
-    PRIMARY KEY (trace_id, event_id)
-);
-CREATE INDEX IF NOT EXISTS trace_events_event ON trace_events (event_id);
 CREATE TABLE IF NOT EXISTS embeddings (
     model TEXT NOT NULL,
     key TEXT NOT NULL,
@@ -93,12 +65,62 @@ class StoreError(RuntimeError):
     pass
 
 
+def merge_rules(cls: type) -> tuple[dict[str, dict[str, str]], dict[str, str], tuple[str, ...]]:
+    """(id columns, own-id column, keyed tables) over a composed store class and its mixins: how the shards of a
+    sharded build are joined (execution/merge.py). id columns: table -> {column: the table whose row ids it holds};
+    a shard's ids are shifted past the rows already merged. Keyed tables: rows keyed by content, first copy wins."""
+    ids: dict[str, dict[str, str]] = {}
+    own: dict[str, str] = {}
+    keyed: list[str] = []
+    for part in reversed(cls.__mro__):
+        for table, cols in part.__dict__.get("ID_COLUMNS", {}).items():
+            ids.setdefault(table, {}).update(cols)
+        own.update(part.__dict__.get("OWN_ID", {}))
+        keyed += part.__dict__.get("KEYED", ())
+    return ids, own, tuple(dict.fromkeys(keyed))
+
+
+def built_systems(db_path: str | Path) -> list[str]:
+    """The memory systems built in a store (meta `systems`; a store from before that key holds the box memory
+    when it has its tables), read without writing to it; [] when there is no store yet."""
+    if not Path(db_path).exists():
+        return []
+    db = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)
+    try:
+        tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        row = db.execute("SELECT value FROM meta WHERE key='systems'").fetchone() if "meta" in tables else None
+    finally:
+        db.close()
+    return json.loads(row[0]) if row else (["membox"] if "boxes" in tables else [])
+
+
+_COMPOSED: dict[tuple[type, ...], type] = {}
+
+
+def store_class(mixins: "Iterable[type]" = ()) -> type:
+    """`Store` with the tables and queries of the given memory systems' mixins (the same class for the same
+    mixins, so instances compare by type)."""
+    key = tuple(dict.fromkeys(mixins))
+    if not key:
+        return Store
+    if key not in _COMPOSED:
+        _COMPOSED[key] = type("Store[" + ",".join(m.TABLES for m in key) + "]", (*key, Store), {})
+    return _COMPOSED[key]
+
+
 def text_key(text: str) -> str:
     return hashlib.sha1(text.encode("utf-8")).hexdigest()
 
 
 class Store:
     """A memory folder's database. One connection, guarded by a lock; writes go through `transaction()`."""
+
+    TABLES = "core"
+    SCHEMA = SCHEMA
+    SCHEMA_VERSION = SCHEMA_VERSION
+    ID_COLUMNS = {"messages": {"uid": "messages"}, "llm_usage": {"id": "llm_usage"}}
+    OWN_ID = {"messages": "uid", "llm_usage": "id"}
+    KEYED = ("embeddings", "meta")
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
@@ -114,18 +136,23 @@ class Store:
 
     # ---- plumbing -------------------------------------------------------------------------------
     def _migrate(self) -> None:
+        """Create or migrate the tables of the shared part and of every mixin, each under its own version."""
         with self.transaction():
-            for stmt in SCHEMA.split(";"):
-                if stmt.strip():
-                    self.db.execute(stmt)
-            row = self.db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
-            if row is None:
-                self.db.execute("INSERT INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
-            elif int(row["value"]) > SCHEMA_VERSION:
-                raise StoreError(
-                    f"{self.path} has schema version {row['value']}, newer than this membox_local "
-                    f"({SCHEMA_VERSION}); upgrade membox_local"
-                )
+            for part in reversed(type(self).__mro__):
+                if "SCHEMA" not in part.__dict__:
+                    continue
+                key = "schema_version" if part.TABLES == "core" else f"schema_version.{part.TABLES}"
+                for stmt in part.SCHEMA.split(";"):
+                    if stmt.strip():
+                        self.db.execute(stmt)
+                row = self.db.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
+                if row is None:
+                    self.db.execute("INSERT INTO meta VALUES (?, ?)", (key, str(part.SCHEMA_VERSION)))
+                elif int(row["value"]) > part.SCHEMA_VERSION:
+                    raise StoreError(
+                        f"{self.path} has {part.TABLES} schema version {row['value']}, newer than this "
+                        f"membox_local ({part.SCHEMA_VERSION}); upgrade membox_local"
+                    )
 
     @contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
@@ -205,14 +232,6 @@ class Store:
         ).fetchall()
         return [self._message(r) for r in rows]
 
-    def filed_messages(self, conversation_id: str, last: int) -> list[Message]:
-        """The conversation's `last` messages already filed into boxes, oldest first."""
-        rows = self.db.execute(
-            "SELECT * FROM messages WHERE conversation_id=? AND processed=1 ORDER BY seq DESC LIMIT ?",
-            (conversation_id, last),
-        ).fetchall()
-        return [self._message(r) for r in reversed(rows)]
-
     def message_uid(self, conversation_id: str, message_id: str) -> int:
         return self.db.execute(
             "SELECT uid FROM messages WHERE conversation_id=? AND message_id=?", (conversation_id, message_id)
@@ -228,162 +247,6 @@ class Store:
     def conversations(self) -> list[str]:
         rows = self.db.execute("SELECT DISTINCT conversation_id FROM messages ORDER BY conversation_id")
         return [r[0] for r in rows]
-
-    def file_message(self, m: Message, box_id: int, decision: str, score: float | None) -> None:
-        with self.transaction():
-            self.db.execute(
-                "UPDATE messages SET box_id=?, decision=?, score=?, processed=1 "
-                "WHERE conversation_id=? AND message_id=?",
-                (box_id, decision, score, m.conversation_id, m.message_id),
-            )
-
-    # ---- boxes ----------------------------------------------------------------------------------
-    def open_box(self, m: Message) -> int:
-        with self.transaction():
-            cur = self.db.execute(
-                "INSERT INTO boxes (conversation_id, session, session_date, status) VALUES (?, ?, ?, 'open')",
-                (m.conversation_id, m.session, m.session_date),
-            )
-            return int(cur.lastrowid)
-
-    def set_box_status(self, box_id: int, status: str, error: str = "") -> None:
-        with self.transaction():
-            self.db.execute("UPDATE boxes SET status=?, error=? WHERE id=?", (status, error, box_id))
-
-    def save_extraction(self, box_id: int, topic: str, keywords: list[str], events: list[Event]) -> list[Event]:
-        """Write a box's record and its events in one transaction; returns the events with their ids."""
-        stored = []
-        with self.transaction():
-            self.db.execute("DELETE FROM events WHERE box_id=?", (box_id,))
-            self.db.execute(
-                "UPDATE boxes SET topic=?, keywords=?, status='extracted', error='' WHERE id=?",
-                (topic, json.dumps(keywords), box_id),
-            )
-            for i, e in enumerate(events):
-                cur = self.db.execute(
-                    "INSERT INTO events (box_id, conversation_id, idx, text, date, grounding) VALUES (?,?,?,?,?,?)",
-                    (box_id, e.conversation_id, i, e.text, e.date, e.grounding),
-                )
-                stored.append(Event(int(cur.lastrowid), box_id, e.conversation_id, e.text, e.date, e.grounding))
-        return stored
-
-    def _box(self, row: sqlite3.Row, with_messages: bool = True) -> Box:
-        box = Box(
-            id=row["id"], conversation_id=row["conversation_id"], session=row["session"],
-            session_date=row["session_date"], status=row["status"], topic=row["topic"],
-            keywords=json.loads(row["keywords"]), error=row["error"],
-        )
-        if with_messages:
-            rows = self.db.execute("SELECT * FROM messages WHERE box_id=? ORDER BY seq", (box.id,)).fetchall()
-            box.messages = [self._message(r) for r in rows]
-            box.events = self.events_of_box(box.id)
-        return box
-
-    def box_ids(self, status: str | None = None) -> list[int]:
-        if status is None:
-            return [r[0] for r in self.db.execute("SELECT id FROM boxes ORDER BY id")]
-        return [r[0] for r in self.db.execute("SELECT id FROM boxes WHERE status=? ORDER BY id", (status,))]
-
-    def box(self, box_id: int) -> Box:
-        row = self.db.execute("SELECT * FROM boxes WHERE id=?", (box_id,)).fetchone()
-        if row is None:
-            raise StoreError(f"no box {box_id}")
-        return self._box(row)
-
-    def boxes(self, conversation_id: str | None = None, status: str | None = None) -> list[Box]:
-        sql, args = "SELECT * FROM boxes WHERE 1=1", []
-        if conversation_id is not None:
-            sql += " AND conversation_id=?"
-            args.append(conversation_id)
-        if status is not None:
-            sql += " AND status=?"
-            args.append(status)
-        return [self._box(r) for r in self.db.execute(sql + " ORDER BY id", args).fetchall()]
-
-    def current_open_box(self, conversation_id: str) -> Box | None:
-        row = self.db.execute(
-            "SELECT * FROM boxes WHERE conversation_id=? AND status='open' ORDER BY id DESC LIMIT 1",
-            (conversation_id,),
-        ).fetchone()
-        return self._box(row) if row else None
-
-    def mark_woven(self, box_id: int) -> None:
-        with self.transaction():
-            self.db.execute("UPDATE boxes SET woven=1 WHERE id=?", (box_id,))
-
-    def unwoven_boxes(self, conversation_id: str) -> list[Box]:
-        rows = self.db.execute(
-            "SELECT * FROM boxes WHERE conversation_id=? AND status='extracted' AND woven=0 ORDER BY id",
-            (conversation_id,),
-        ).fetchall()
-        return [self._box(r) for r in rows]
-
-    # ---- events and traces ----------------------------------------------------------------------
-    @staticmethod
-    def _event(row: sqlite3.Row) -> Event:
-        return Event(row["id"], row["box_id"], row["conversation_id"], row["text"], row["date"], row["grounding"])
-
-    def events_of_box(self, box_id: int) -> list[Event]:
-        rows = self.db.execute("SELECT * FROM events WHERE box_id=? ORDER BY idx", (box_id,)).fetchall()
-        return [self._event(r) for r in rows]
-
-    def events(self, conversation_id: str | None = None) -> list[Event]:
-        if conversation_id is None:
-            rows = self.db.execute("SELECT * FROM events ORDER BY id").fetchall()
-        else:
-            rows = self.db.execute(
-                "SELECT * FROM events WHERE conversation_id=? ORDER BY id", (conversation_id,)
-            ).fetchall()
-        return [self._event(r) for r in rows]
-
-    def event(self, event_id: int) -> Event:
-        return self._event(self.db.execute("SELECT * FROM events WHERE id=?", (event_id,)).fetchone())
-
-    def create_trace(self, conversation_id: str, summary: str, event_ids: list[int]) -> int:
-        with self.transaction():
-            cur = self.db.execute(
-                "INSERT INTO traces (conversation_id, summary) VALUES (?, ?)", (conversation_id, summary)
-            )
-            tid = int(cur.lastrowid)
-            self.add_to_trace(tid, event_ids)
-            return tid
-
-    def add_to_trace(self, trace_id: int, event_ids: list[int]) -> None:
-        with self.transaction():
-            for eid in event_ids:
-                self.db.execute("INSERT OR IGNORE INTO trace_events VALUES (?, ?)", (trace_id, eid))
-
-    def traces(self, conversation_id: str | None = None) -> list[Trace]:
-        sql, args = "SELECT * FROM traces", []
-        if conversation_id is not None:
-            sql += " WHERE conversation_id=?"
-            args.append(conversation_id)
-        out = []
-        for r in self.db.execute(sql + " ORDER BY id", args).fetchall():
-            ids = [x[0] for x in self.db.execute(
-                "SELECT event_id FROM trace_events WHERE trace_id=? ORDER BY event_id", (r["id"],))]
-            out.append(Trace(r["id"], r["conversation_id"], r["summary"], ids))
-        return out
-
-    def traces_of_event(self, event_id: int) -> list[int]:
-        return [r[0] for r in self.db.execute("SELECT trace_id FROM trace_events WHERE event_id=?", (event_id,))]
-
-    def traces_with_events(self, conversation_id: str | None = None) -> list[tuple[Trace, list[Event]]]:
-        """Every trace with its events in conversation order (two queries, whatever the number of traces)."""
-        where, args = ("WHERE t.conversation_id=?", [conversation_id]) if conversation_id is not None else ("", [])
-        members: dict[int, list[Event]] = {}
-        for r in self.db.execute(
-            "SELECT te.trace_id, e.*, p.pos FROM trace_events te JOIN events e ON e.id=te.event_id "
-            "JOIN traces t ON t.id=te.trace_id LEFT JOIN (SELECT box_id, MIN(seq) AS pos FROM messages "
-            f"WHERE box_id IS NOT NULL GROUP BY box_id) p ON p.box_id=e.box_id {where} "
-            "ORDER BY te.trace_id, p.pos, e.box_id, e.idx", args,
-        ):
-            members.setdefault(r["trace_id"], []).append(self._event(r))
-        out = []
-        for r in self.db.execute(f"SELECT * FROM traces t {where} ORDER BY t.id", args).fetchall():
-            events = members.get(r["id"], [])
-            out.append((Trace(r["id"], r["conversation_id"], r["summary"], [e.id for e in events]), events))
-        return out
 
     # ---- embeddings cache -----------------------------------------------------------------------
     def cached_vectors(self, model: str, texts: list[str]) -> dict[str, np.ndarray]:

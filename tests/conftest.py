@@ -10,7 +10,7 @@ import pytest
 from membox_local.config import Config, load_config
 from membox_local.memory import Memory
 
-from fakes import FakeBackend, FakeEmbedder
+from membox_local.testing import FakeBackend, FakeEmbedder
 
 REPO = Path(__file__).resolve().parent.parent
 DATA_DIR = Path(os.environ.get("MEMBOX_DATA", REPO.parent / "shared" / "data"))

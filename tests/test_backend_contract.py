@@ -17,7 +17,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 import fake_vllm
-from fakes import FakeBackend
+from membox_local.testing import FakeBackend
 from membox_local.backends.base import (BackendError, JsonRequest, JsonResult, LabelRequest, LabelResult, Prompt,
                                         ScoreRequest, ScoreResult, StructuredOutputError, TextRequest, TextResult,
                                         continuation_logprob, fit_score_tokens, validate_json)

@@ -8,7 +8,7 @@ from membox_local.config import load_config
 from membox_local.judges import likelihood_features
 from membox_local.records import Message
 
-from fakes import FakeBackend
+from membox_local.testing import FakeBackend
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 from seg_cache import ScoreCache, judge_order, precompute_scores, score_order, step_requests  # noqa: E402

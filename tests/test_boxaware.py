@@ -4,9 +4,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from membox_local.boxaware import HEADERS, file_into_boxes
+from membox_local.loom import file_into_boxes
+from membox_local.retrieval.boxhits import HEADERS
 from membox_local.records import Event, Message
-from membox_local.retrieve import count_tokens, make_retriever
+from membox_local.retrieval import count_tokens, make_retriever
 
 # (session, date, topic, messages): each tuple is one box
 BOXES = [

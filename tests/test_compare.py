@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import json
 
-from fakes import FakeBackend, FakeEmbedder
+from membox_local.testing import FakeBackend, FakeEmbedder
 from membox_local.cli import build_parser
 from membox_local.compare import boundaries, compare, jaccard, to_markdown
 from membox_local.ingest import load_messages

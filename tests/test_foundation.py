@@ -7,18 +7,18 @@ from pathlib import Path
 
 import pytest
 
-from membox_local import models
+from membox_local import weights
 from membox_local.cli import main
 from membox_local.config import ConfigError, load_config
-from membox_local.driver import Driver
+from membox_local.execution.driver import Driver
 from membox_local.ingest import InputError, load_jsonl, load_locomo
 from membox_local.memory import Memory
 from membox_local.records import Message
-from membox_local.retrieve import count_tokens
+from membox_local.retrieval import count_tokens
 from membox_local.store import Store, StoreError
 
 from conftest import DEMO
-from fakes import FakeBackend, FakeEmbedder
+from membox_local.testing import FakeBackend, FakeEmbedder
 
 
 # ---- store ----------------------------------------------------------------------------------------
@@ -105,16 +105,16 @@ def test_chunked_model_is_joined_and_verified(tmp_path, monkeypatch):
     parts[0].write_bytes(b"hello ")
     parts[1].write_bytes(b"world")
     files = {("pkg1", "a"): parts[0], ("pkg2", "b"): parts[1]}
-    monkeypatch.setattr(models, "_package_file", lambda pkg, rel, install: files[(pkg, rel)])
+    monkeypatch.setattr(weights, "_package_file", lambda pkg, rel, install: files[(pkg, rel)])
     monkeypatch.setenv("MEMBOX_CACHE", str(tmp_path / "cache"))
-    spec = models.ModelSpec("toy", "chunked", ["pkg1", "pkg2"], ["a", "b"],
+    spec = weights.ModelSpec("toy", "chunked", ["pkg1", "pkg2"], ["a", "b"],
                             hashlib.sha256(b"hello world").hexdigest(), 11)
-    path = models.resolve_model("toy", {"toy": spec})
+    path = weights.resolve_model("toy", {"toy": spec})
     assert path.read_bytes() == b"hello world"
     spec.sha256 = "0" * 64
     (tmp_path / "cache" / "toy.sha256").unlink()
-    with pytest.raises(models.ModelNotFound, match="joined chunks have sha256"):
-        models.resolve_model("toy", {"toy": spec})
+    with pytest.raises(weights.ModelNotFound, match="joined chunks have sha256"):
+        weights.resolve_model("toy", {"toy": spec})
 
 
 def test_chunked_model_joined_by_several_processes_at_once(tmp_path, monkeypatch):
@@ -133,20 +133,20 @@ def test_chunked_model_joined_by_several_processes_at_once(tmp_path, monkeypatch
             start.wait(timeout=30)  # all eight start joining together
         return parts[int(rel)]
 
-    monkeypatch.setattr(models, "_package_file", locate)
+    monkeypatch.setattr(weights, "_package_file", locate)
     monkeypatch.setenv("MEMBOX_CACHE", str(tmp_path / "cache"))
     whole = b"".join(data)
-    spec = models.ModelSpec("toy", "chunked", ["pkg"] * 4, ["0", "1", "2", "3"],
+    spec = weights.ModelSpec("toy", "chunked", ["pkg"] * 4, ["0", "1", "2", "3"],
                             hashlib.sha256(whole).hexdigest(), len(whole))
     with ThreadPoolExecutor(8) as pool:
-        paths = list(pool.map(lambda _: models.resolve_model("toy", {"toy": spec}), range(8)))
+        paths = list(pool.map(lambda _: weights.resolve_model("toy", {"toy": spec}), range(8)))
     assert {p.read_bytes() == whole for p in paths} == {True}
     assert sorted(p.name for p in (tmp_path / "cache").iterdir()) == ["toy.gguf", "toy.sha256"]
 
 
 def test_unknown_model_names_the_manifest():
-    with pytest.raises(models.ModelNotFound, match="neither an existing path nor a name"):
-        models.resolve_model("gpt-17")
+    with pytest.raises(weights.ModelNotFound, match="neither an existing path nor a name"):
+        weights.resolve_model("gpt-17")
 
 
 # ---- resumable, batched builds --------------------------------------------------------------------

@@ -6,14 +6,15 @@ import json
 
 import pytest
 
-from membox_local.baselines import Layout, chunk_session_messages, render_messages, window_tokens
+from membox_local.retrieval.baselines import window_tokens
+from membox_local.retrieval.layout import Layout, chunk_session_messages, render_messages
 from membox_local.evaluation.locomo import Settings, evidence_recall, markdown, parse_evidence, run
 from membox_local.evaluation.scorers import metric_names
 from membox_local.ingest import InputError
 from membox_local.records import Message
-from membox_local.retrieve import count_tokens, make_retriever
+from membox_local.retrieval import count_tokens, make_retriever
 
-from fakes import FakeBackend, FakeEmbedder
+from membox_local.testing import FakeBackend, FakeEmbedder
 
 SESSION_1 = [
     ("Ann", "I planted cherry tomatoes in my garden this weekend"),

@@ -7,7 +7,7 @@ from membox_local.loom import grounding
 from membox_local.memory import Memory
 from membox_local.records import Message
 
-from fakes import FakeBackend, FakeEmbedder
+from membox_local.testing import FakeBackend, FakeEmbedder
 
 
 def msgs(conv, rows, session="1", date="1 May 2024", start=0):
@@ -115,7 +115,8 @@ def test_judges_that_want_history_see_the_conversation_before_the_message_even_a
 
     def opened():
         mem = Memory(tmp_path / "m", cfg, backend=FakeBackend(), embedder=FakeEmbedder())
-        mem._looms["c"] = Loom("c", mem.store, mem.config, judge=Recorder(cfg.loom), after_extract=mem.after_extract)
+        boxes = mem.system("membox")
+        boxes.looms["c"] = Loom("c", mem.store, mem.config, judge=Recorder(cfg.loom), after_extract=boxes.after_extract)
         return mem
 
     rows = msgs("c", GARDEN + CARS)

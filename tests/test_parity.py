@@ -80,7 +80,7 @@ class LlamaServer:
         missing = [m for m in SERVER_MODULES if importlib.util.find_spec(m) is None]
         if missing:
             pytest.skip(f"llama-cpp-python[server] not installed (missing {missing}): pip install -e '.[dev]'")
-        from membox_local.models import ModelNotFound, resolve_model
+        from membox_local.weights import ModelNotFound, resolve_model
 
         try:
             path = resolve_model("smollm2-135m")

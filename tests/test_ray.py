@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from membox_local.engines.merge import merge_stores
+from membox_local.execution.merge import merge_stores
 from membox_local.memory import Memory
 from membox_local.store import StoreError
 
-from fakes import FakeBackend, FakeEmbedder
-from test_scheduler import conversations, snapshot, weaving_backend
+from membox_local.testing import FakeBackend, FakeEmbedder
+from test_batch import conversations, snapshot, weaving_backend
 
 TESTS = Path(__file__).resolve().parent
 
@@ -37,7 +37,7 @@ def cfg(cfg):
 
 
 def test_ray_build_equals_one_process_build(tmp_path, cfg, ray_local):
-    from membox_local.engines.ray_engine import build_with_ray
+    from membox_local.execution.ray_engine import build_with_ray
 
     convs = conversations()
     ref = Memory(tmp_path / "ref", cfg, backend=weaving_backend(), embedder=FakeEmbedder())
@@ -78,7 +78,7 @@ def test_ray_build_equals_one_process_build(tmp_path, cfg, ray_local):
 
 def test_node_local_shards_are_shipped_back(tmp_path, cfg, ray_local):
     """With shard_dir (no shared disk), actors build node-locally and the driver keeps the shipped copy."""
-    from membox_local.engines.ray_engine import build_with_ray
+    from membox_local.execution.ray_engine import build_with_ray
 
     convs = conversations()
     msgs = [m for ms in convs.values() for m in ms]
@@ -107,7 +107,7 @@ def test_merge_refuses_overlapping_shards(tmp_path, cfg):
 def test_ray_engine_names_the_install_command(monkeypatch):
     import builtins
 
-    from membox_local.engines import ray_engine
+    from membox_local.execution import ray_engine
 
     real = builtins.__import__
 

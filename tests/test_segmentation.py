@@ -16,7 +16,7 @@ from membox_local.judges import (CONV_FEATURES, FEATURES, JUDGES, LM_FEATURES, c
                                  likelihood_features, make_judge)
 from membox_local.records import Message
 
-from fakes import FakeBackend, FakeEmbedder
+from membox_local.testing import FakeBackend, FakeEmbedder
 
 GARDEN = ["I planted tomatoes in the garden today", "Nice, which tomatoes did you plant?",
           "Cherry tomatoes, the garden gets lots of sun", "Tomatoes love sun in a garden"]

@@ -5,16 +5,16 @@ import pytest
 
 from membox_local.backends.base import StructuredOutputError
 from membox_local.config import load_config
-from membox_local.driver import Driver
+from membox_local.execution.driver import Driver
 from membox_local.embed import CachedEmbedder
 from membox_local.memory import Memory
 from membox_local.records import Event, Message
-from membox_local.retrieve import count_tokens
+from membox_local.retrieval import count_tokens
 from membox_local.show import format_traces
-from membox_local.store import Store
+from membox_local.systems.membox_tables import BoxStore as Store
 from membox_local.weaver import Weaver, weave_counters
 
-from fakes import FakeBackend, FakeEmbedder
+from membox_local.testing import FakeBackend, FakeEmbedder
 
 CONV = "c"
 

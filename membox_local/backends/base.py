@@ -11,7 +11,10 @@ from __future__ import annotations
 import json
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, Sequence, Union
+from typing import TYPE_CHECKING, Any, Sequence, Union
+
+if TYPE_CHECKING:
+    import numpy as np
 
 
 @dataclass(frozen=True)
@@ -269,3 +272,14 @@ class Backend(ABC):
 
     def close(self) -> None:
         """Free the model (GPU memory, server connections)."""
+
+
+class Embedder:
+    """The embedder contract (sentence-transformers in embed.py, OpenAI-compatible in backends/openai.py):
+    `encode` returns an (n, dim) float32 array of unit vectors."""
+
+    model_name = "base"
+    dim = 0
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        raise NotImplementedError

@@ -87,7 +87,7 @@ class LlamaCppBackend(Backend):
             from llama_cpp.llama_chat_format import Jinja2ChatFormatter
         except ImportError:
             raise ImportError(f"the llamacpp backend needs llama-cpp-python: {INSTALL}") from None
-        from ..models import resolve_model
+        from ..weights import resolve_model
 
         self.cfg = cfg
         self.adapter = LlamaCppAdapter(cfg)

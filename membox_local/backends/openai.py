@@ -34,8 +34,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from ..config import EmbedderConfig, LLMConfig
-from ..embed import Embedder
-from .base import (Backend, BackendError, JsonRequest, JsonResult, LabelRequest, LabelResult, Prompt,
+from .base import (Backend, BackendError, Embedder, JsonRequest, JsonResult, LabelRequest, LabelResult, Prompt,
                    StructuredOutputError, TextRequest, TextResult, Usage, parse_json_output)
 
 INSTALL = 'pip install "openai>=1.40"  (or: pip install -e ".[openai]")'

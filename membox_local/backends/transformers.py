@@ -67,7 +67,7 @@ class TransformersBackend(Backend):
             from transformers import AutoModelForCausalLM, AutoTokenizer
         except ImportError:
             raise ImportError(f"the transformers backend needs transformers and outlines: {INSTALL}") from None
-        from ..models import resolve_model
+        from ..weights import resolve_model
 
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         self.cfg = cfg

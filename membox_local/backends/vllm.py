@@ -41,7 +41,7 @@ INSTALL = 'pip install "vllm>=0.12" on a machine with a CUDA GPU (or: pip instal
 
 def resolve_vllm_model(name: str) -> str:
     """A local folder/file or manifest name becomes a path; a hub id ("org/name") is passed to vLLM."""
-    from ..models import ModelNotFound, resolve_model
+    from ..weights import ModelNotFound, resolve_model
 
     try:
         return str(resolve_model(name))

@@ -17,6 +17,7 @@ context tokens (count_tokens) with as many units as fit, so modes are compared a
 from __future__ import annotations
 
 import gzip
+import os
 import json
 import re
 import sys
@@ -25,12 +26,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..config import REPO_ROOT, Config, load_config
+from ..config import Config, load_config
 from ..ingest import InputError, read_json
 from ..records import Message
 from .scorers import SCORERS, metric_names, score_all
 
-DEFAULT_DATA = REPO_ROOT.parent / "shared" / "data" / "locomo-dev.json"
+DEFAULT_DATA = Path(os.environ.get("MEMBOX_DATA", "../shared/data")) / "locomo-dev.json"  # from a checkout
 DEFAULT_BUDGETS = (250, 500, 1000, 2000)
 DEFAULT_CATEGORIES = (1, 2, 3, 4)
 UNBOUNDED = 10**9  # "no budget" for the k sweep
@@ -159,11 +160,11 @@ def open_build(conv: str, messages: list[Message], cfg: Config, builds: str | Pa
     try:
         if build:
             _build(mem, conv, messages)
-            mem.sync_box_index()
+            mem.sync()
         else:
             mem.store.add_messages(messages)
             if boxes_only and mem.store.pending_messages(conv):
-                from ..boxaware import file_into_boxes
+                from ..loom import file_into_boxes
 
                 _lock_build(mem)
                 file_into_boxes(mem, conv)
@@ -175,9 +176,7 @@ def open_build(conv: str, messages: list[Message], cfg: Config, builds: str | Pa
 
 def _build(mem, conv: str, messages: list[Message]) -> None:
     added = mem.store.add_messages(messages)  # messages already stored are skipped (same content)
-    todo = len(mem.store.pending_messages(conv)) + len(mem.store.boxes(conv, status="sealed")) + \
-        len(mem.store.boxes(conv, status="failed")) + (mem.store.current_open_box(conv) is not None) + \
-        (len(mem.store.unwoven_boxes(conv)) if mem.weaver is not None else 0)
+    todo = sum(comp.todo(conv) for comp in mem.components)
     if not todo:
         return
     _lock_build(mem)
@@ -277,7 +276,7 @@ def _check_settings(out: Path, settings: Settings) -> None:
 
 
 def resolve(settings: Settings, cfg: Config) -> Settings:
-    from ..retrieve import RETRIEVERS
+    from ..retrieval import RETRIEVERS
 
     s = Settings(**asdict(settings))
     s.modes = s.modes or list(RETRIEVERS)
@@ -311,7 +310,7 @@ def resolve(settings: Settings, cfg: Config) -> Settings:
 def run(settings: Settings, backend=None, embedder=None, progress: bool = True) -> dict[str, Any]:
     """Evaluate; returns the summary (also written to the run folder). Fakes may be passed for tests."""
     from ..ingest import load_locomo
-    from ..retrieve import make_retriever
+    from ..retrieval import make_retriever
 
     cfg = load_config(settings.config, {"llm.n_threads": settings.threads} if settings.threads else None)
     s = resolve(settings, cfg)

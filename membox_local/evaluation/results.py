@@ -99,7 +99,7 @@ def pooled_summary(path: str | Path, data: str | Path, modes: list[str] | None =
     missing = [c for c in convs if c not in have]
     if missing:
         raise InputError(f"{path} holds no records of {missing}; it has {have}")
-    from ..retrieve import RETRIEVERS
+    from ..retrieval import RETRIEVERS
 
     order = {m: n for n, m in enumerate(RETRIEVERS)}  # registration order, as a run lists them
     all_modes = sorted({key[1] for key in records if key[0] in convs}, key=lambda m: (order.get(m, len(order)), m))

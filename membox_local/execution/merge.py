@@ -7,25 +7,16 @@ they are deleted here and rebuilt (from the copied embedding cache) on the next 
 """
 from __future__ import annotations
 
+import json
 import os
 import sqlite3
 from pathlib import Path
 from typing import Sequence
 
-from ..store import Store, StoreError
+from ..store import StoreError, built_systems, merge_rules, store_class
+from ..systems import tables_for
 
-# table -> {column: the table whose row ids it holds}; ids of a shard are shifted past the rows already merged
-ID_COLUMNS: dict[str, dict[str, str]] = {
-    "messages": {"uid": "messages", "box_id": "boxes"},
-    "boxes": {"id": "boxes"},
-    "events": {"id": "events", "box_id": "boxes"},
-    "traces": {"id": "traces"},
-    "trace_events": {"trace_id": "traces", "event_id": "events"},
-    "llm_usage": {"id": "llm_usage", "box_id": "boxes"},
-}
-OWN_ID = {"messages": "uid", "boxes": "id", "events": "id", "traces": "id", "llm_usage": "id"}
-KEYED = ("embeddings", "meta")  # rows keyed by content: the first copy wins
-SHARED_META = ("schema_version",)
+SHARED_META = ("schema_version",)  # and schema_version.<system>: each shard's own, the target has the current
 
 
 def _tables(db: sqlite3.Connection, schema: str) -> list[str]:
@@ -38,20 +29,28 @@ def _columns(db: sqlite3.Connection, schema: str, table: str) -> list[str]:
 
 
 def merge_stores(target_db: str | Path, shard_dbs: Sequence[str | Path]) -> dict[str, int]:
-    """Write the union of `shard_dbs` to `target_db` (replacing it); returns rows copied per table."""
+    """Write the union of `shard_dbs` to `target_db` (replacing it); returns rows copied per table.
+
+    The tables are those of the shared store and of every memory system built in the shards; each part's merge
+    rules (store.merge_rules) say which columns hold row ids."""
     target_db = Path(target_db)
     tmp = target_db.with_name(target_db.name + ".merging")
     for p in (tmp, Path(f"{tmp}-wal"), Path(f"{tmp}-shm")):
         p.unlink(missing_ok=True)
-    Store(tmp).close()  # the current schema
+    systems: list[str] = []
+    for shard in shard_dbs:
+        systems += [n for n in built_systems(shard) if n not in systems]
+    cls = store_class(tables_for(systems))
+    cls(tmp).close()  # the current schema of every part
+    id_columns, own_id, keyed = merge_rules(cls)
     db = sqlite3.connect(str(tmp), isolation_level=None)
     copied: dict[str, int] = {}
     try:
         known = set(_tables(db, "main"))
-        unknown = known - set(ID_COLUMNS) - set(KEYED)
+        unknown = known - set(id_columns) - set(keyed)
         if unknown:
-            raise StoreError(f"merge: tables {sorted(unknown)} have no merge rule; add them to "
-                             f"membox_local/engines/merge.py ID_COLUMNS or KEYED")
+            raise StoreError(f"merge: tables {sorted(unknown)} have no merge rule; add them to the ID_COLUMNS "
+                             f"or KEYED of the store part that creates them")
         for n, shard in enumerate(shard_dbs):
             db.execute("ATTACH DATABASE ? AS shard", (str(shard),))
             try:
@@ -62,15 +61,15 @@ def merge_stores(target_db: str | Path, shard_dbs: Sequence[str | Path]) -> dict
                 _check_meta(db, shard)
                 db.execute("BEGIN")
                 offsets = {t: db.execute(f"SELECT COALESCE(MAX({c}), 0) FROM main.{t}").fetchone()[0]
-                           for t, c in OWN_ID.items()}
+                           for t, c in own_id.items()}
                 for table in sorted(known):
                     cols = _columns(db, "shard", table)
                     missing = set(cols) - set(_columns(db, "main", table))
                     if missing:
                         raise StoreError(f"{shard}: {table} has columns {sorted(missing)} unknown here")
-                    shift = ID_COLUMNS.get(table, {})
+                    shift = id_columns.get(table, {})
                     exprs = [f"{c} + {offsets[shift[c]]}" if c in shift else c for c in cols]
-                    verb = "INSERT OR IGNORE" if table in KEYED else "INSERT"
+                    verb = "INSERT OR IGNORE" if table in keyed else "INSERT"
                     cur = db.execute(f"{verb} INTO main.{table} ({', '.join(cols)}) "
                                      f"SELECT {', '.join(exprs)} FROM shard.{table}")
                     copied[table] = copied.get(table, 0) + max(cur.rowcount, 0)
@@ -96,7 +95,7 @@ def merge_stores(target_db: str | Path, shard_dbs: Sequence[str | Path]) -> dict
 def _check_meta(db: sqlite3.Connection, shard) -> None:
     """Shards must share the embedder (and anything else global); per-conversation keys just copy."""
     for key, value in db.execute("SELECT key, value FROM shard.meta"):
-        if key in SHARED_META:
+        if key in SHARED_META or key.startswith("schema_version."):
             continue
         row = db.execute("SELECT value FROM main.meta WHERE key=?", (key,)).fetchone()
         if row is not None and row[0] != value and key == "embedder":

@@ -11,10 +11,10 @@ import pytest
 from membox_local.ingest import load_jsonl
 from membox_local.memory import Memory
 from membox_local.records import Message
-from membox_local.scheduler import build_conversations
+from membox_local.execution.batch import build_conversations
 
 from conftest import DEMO
-from fakes import FakeBackend, FakeEmbedder
+from membox_local.testing import FakeBackend, FakeEmbedder
 
 LENGTHS = (40, 26, 12, 33, 7)  # unequal conversations, so slots free up at different rounds
 

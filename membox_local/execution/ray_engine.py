@@ -74,7 +74,7 @@ class ShardBuilder:
         return sum(len(self.memory.store.pending_messages(c)) for c in convs)
 
     def build(self, conversations: list[str], batch_size: int, seal: bool, ship: bool) -> dict[str, Any]:
-        from ..scheduler import build_conversations
+        from .batch import build_conversations
 
         def tick(n: int) -> None:
             self.filed += n

@@ -1,65 +1,17 @@
-"""Retrieval: pick memory for a question and lay it out as context within a token budget.
+"""The paper's modes over whole boxes.
 
-Modes are small subclasses of `Retriever` registered in RETRIEVERS. `compact` ranks whole boxes by the
-cosine between the question and the box (topic, keywords and text) and shows the best ones, in time
-order, each under its date and topic. `trace` shows the same boxes, each followed by a few dated events
-from the Trace Weaver's traces through it (other sessions of the same storyline).
+`compact` ranks whole boxes by the cosine between the question and the box (topic, keywords and text) and
+shows the best ones, in time order, each under its date and topic. `trace` shows the same boxes, each followed
+by a few dated events from the Trace Weaver's traces through it (other sessions of the same storyline).
 """
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from .memory import Memory
-
-from .records import Box, Event
-
-_TOKEN = re.compile(r"\w+|[^\w\s]")
+from ..records import Box, Event
+from .base import Context, Retriever, count_tokens, register
+from .layout import render_box
 
 
-def count_tokens(text: str) -> int:
-    """A model-free token count (words and punctuation marks), the same for every mode and backend."""
-    return len(_TOKEN.findall(text))
-
-
-@dataclass
-class Context:
-    text: str
-    box_ids: list[int] = field(default_factory=list)
-    message_ids: list[str] = field(default_factory=list)  # every message shown, for evidence recall
-    event_ids: list[int] = field(default_factory=list)
-    scores: dict[int, float] = field(default_factory=dict)
-
-    @property
-    def tokens(self) -> int:
-        return count_tokens(self.text)
-
-
-def box_index_text(box: Box) -> str:
-    head = " ".join(x for x in (box.topic, ", ".join(box.keywords)) if x)
-    return f"{head}\n{box.text()}" if head else box.text()
-
-
-def render_box(box: Box, messages=None) -> str:
-    msgs = box.messages if messages is None else messages
-    return box.header() + "\n" + "\n".join(m.render() for m in msgs)
-
-
-class Retriever:
-    name = "base"
-    # what the mode reads from a memory: "messages" (stored messages only), "boxes" (messages filed into
-    # boxes, no records) or "records" (a full build: extracted boxes, events, traces)
-    needs = "records"
-
-    def __init__(self, memory: "Memory"):
-        self.memory = memory
-
-    def retrieve(self, question: str, conversation_id: str | None, k: int, budget_tokens: int) -> Context:
-        raise NotImplementedError
-
-
+@register
 class CompactRetriever(Retriever):
     name = "compact"
 
@@ -97,6 +49,7 @@ class CompactRetriever(Retriever):
         return "", []
 
 
+@register
 class TraceRetriever(CompactRetriever):
     """Compact boxes, each followed by up to `retrieve.event_k` events (0: all) from the traces its events
     belong to, ranked by cosine to the question, from boxes not among the hits, each event shown once."""
@@ -148,16 +101,3 @@ def _truncate(text: str, budget: int) -> str:
         out.append(line)
         used += cost
     return "\n".join(out)
-
-
-RETRIEVERS: dict[str, type[Retriever]] = {r.name: r for r in (CompactRetriever, TraceRetriever)}
-
-
-def make_retriever(mode: str, memory: "Memory") -> Retriever:
-    if mode not in RETRIEVERS:
-        raise ValueError(f"unknown retrieval mode '{mode}'; choose one of {sorted(RETRIEVERS)}")
-    return RETRIEVERS[mode](memory)
-
-
-from . import baselines  # noqa: E402,F401  (registers turn-rag, chunk-rag, full-context)
-from . import boxaware  # noqa: E402,F401  (registers box-hits, box-hits-trace)

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from typing import Any, Callable, Hashable, Iterable
 
-from .backends.base import Backend, JsonRequest, LabelRequest, ScoreRequest, TextRequest
-from .embed import Embedder
-from .requests import EmbedRequest, Request, Step
-from .store import Store
+from ..backends.base import Backend, JsonRequest, LabelRequest, ScoreRequest, TextRequest
+from ..embed import Embedder
+from ..requests import EmbedRequest, Request, Step
+from ..store import Store
 
 KINDS = (EmbedRequest, LabelRequest, JsonRequest, TextRequest, ScoreRequest)
 

@@ -1,0 +1,63 @@
+"""Retrieval's contract: a `Retriever` turns a question into a `Context` (text within a token budget, plus what
+it shows), and `register` adds a mode to RETRIEVERS under its `name`. Modes live one family per module
+(compact, baselines, boxhits); `membox_local.retrieval` imports each of them.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, TypeVar
+
+if TYPE_CHECKING:
+    from ..memory import Memory
+
+_TOKEN = re.compile(r"\w+|[^\w\s]")
+
+
+def count_tokens(text: str) -> int:
+    """A model-free token count (words and punctuation marks), the same for every mode and backend."""
+    return len(_TOKEN.findall(text))
+
+
+@dataclass
+class Context:
+    text: str
+    box_ids: list[int] = field(default_factory=list)
+    message_ids: list[str] = field(default_factory=list)  # every message shown, for evidence recall
+    event_ids: list[int] = field(default_factory=list)
+    scores: dict[int, float] = field(default_factory=dict)
+
+    @property
+    def tokens(self) -> int:
+        return count_tokens(self.text)
+
+
+class Retriever:
+    name = "base"
+    # what the mode reads from a memory: "messages" (stored messages only), "boxes" (messages filed into
+    # boxes, no records) or "records" (a full build: extracted boxes, events, traces)
+    needs = "records"
+
+    def __init__(self, memory: "Memory"):
+        self.memory = memory
+
+    def retrieve(self, question: str, conversation_id: str | None, k: int, budget_tokens: int) -> Context:
+        raise NotImplementedError
+
+
+RETRIEVERS: dict[str, type[Retriever]] = {}
+R = TypeVar("R", bound=type)
+
+
+def register(cls: R) -> R:
+    """Class decorator: make a Retriever subclass available as retrieval mode `cls.name`."""
+    if cls.name in RETRIEVERS and RETRIEVERS[cls.name] is not cls:
+        raise ValueError(f"retrieval mode '{cls.name}' is registered twice")
+    RETRIEVERS[cls.name] = cls
+    return cls
+
+
+def make_retriever(mode: str, memory: "Memory") -> Retriever:
+    if mode not in RETRIEVERS:
+        raise ValueError(f"unknown retrieval mode '{mode}'; choose one of {sorted(RETRIEVERS)}")
+    return RETRIEVERS[mode](memory)

@@ -1,0 +1,71 @@
+"""What a memory system provides to `Memory`, as a component.
+
+A component builds its structure from the stored messages of each conversation, through a generator step that
+yields its model and embedding requests to the driver (so batching, resuming and every backend come free); it
+names the config sections that decide what it writes (the memory refuses to continue with others), brings its
+own tables as a store mixin (created and migrated with the store, merged across shards by its rules), reports
+its stats and lists the retrieval modes that read what it built.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from typing import TYPE_CHECKING, Any, Callable
+
+from ..requests import Step
+
+if TYPE_CHECKING:
+    from ..memory import Memory
+
+
+class Component:
+    name = ""
+    tables: type | None = None  # store mixin with the system's SCHEMA, queries and merge rules
+    settings_sections: tuple[str, ...] = ()  # config sections whose every key decides what a build writes
+    # the value a build setting had before its key existed: a store built then is continued while it keeps it
+    before_key_existed: dict[str, Any] = {}
+
+    def __init__(self, memory: "Memory"):
+        self.memory = memory
+
+    @property
+    def store(self):
+        return self.memory.store
+
+    @property
+    def config(self):
+        return self.memory.config
+
+    def build_settings(self) -> dict[str, Any]:
+        out = {}
+        for section in self.settings_sections:
+            for key, value in asdict(getattr(self.config, section)).items():
+                out[f"{section}.{key}"] = value
+        return json.loads(json.dumps(out))  # as stored: tuples become lists
+
+    def build_step(self, conversation_id: str, seal: bool, progress: Callable[[int], None] | None = None) -> Step:
+        """Process every pending message of one conversation (resuming whatever an interruption left)."""
+        raise NotImplementedError
+        yield
+
+    def seal_step(self, conversation_id: str) -> Step:
+        """Finish the conversation's open structure (end of a conversation)."""
+        return None
+        yield
+
+    def todo(self, conversation_id: str) -> int:
+        """How much of the conversation is left to build (0: nothing; a resumed build has work)."""
+        return len(self.store.pending_messages(conversation_id))
+
+    def sync(self) -> None:
+        """Bring derived indexes up to date with the store (after a build, before searching)."""
+
+    def stats(self, conversation_id: str | None = None) -> dict[str, Any]:
+        return {}
+
+    def warnings(self, conversations: list[str]) -> list[str]:
+        """Lines for the build summary: work that failed and is retried by the next build."""
+        return []
+
+    def close(self) -> None:
+        pass

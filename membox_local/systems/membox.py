@@ -1,0 +1,125 @@
+"""The box memory (Membox): the Topic Loom files messages into topic boxes and extracts each sealed box's record;
+the Trace Weaver links the events of each extracted box into traces. Retrieval modes: compact, trace (whole
+boxes, retrieval/compact.py) and box-hits, box-hits-trace (messages read inside their boxes, retrieval/boxhits.py).
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+from ..index import VectorIndex
+from ..loom import Loom
+from ..records import Box
+from ..requests import Step
+from ..retrieval.layout import box_index_text
+from .base import Component
+from .membox_tables import BoxTables
+
+
+class BoxMemory(Component):
+    name = "membox"
+    tables = BoxTables
+    settings_sections = ("loom", "extract", "weaver")
+    # the defaults these settings had before their keys were added (stores built then did without them)
+    before_key_existed = {
+        "loom.judge": "embedding", "loom.window": 2, "loom.threshold": 0.3, "loom.prob_threshold": 0.5,
+        "loom.min_box_messages": 2, "loom.max_box_messages": 24, "loom.seal_on_session_change": True,
+        "loom.weights": {}, "loom.bias": 0.0, "loom.lm_knot": 1.0, "loom.history": 30, "loom.content_vector": "",
+        "loom.switch_ratio": 0.0,
+        "extract.max_topic_chars": 80, "extract.max_keywords": 8, "extract.max_keyword_chars": 40,
+        "extract.max_events": 6, "extract.max_event_chars": 160, "extract.min_grounding": 0.5,
+        "extract.max_tokens": 400,
+        "weaver.enabled": True, "weaver.vote_threshold": 0.5, "weaver.max_candidates": 4, "weaver.max_tokens": 200,
+    }
+
+    def __init__(self, memory):
+        super().__init__(memory)
+        self.looms: dict[str, Loom] = {}
+        self.weaver = None
+        self.after_extract = None  # the Trace Weaver's step, run on each box right after its extraction
+        if self.config.weaver.enabled:
+            from ..weaver import Weaver
+
+            self.weaver = Weaver(self.store, self.config)
+            self.after_extract = self.weaver.weave
+
+    # ---- building -------------------------------------------------------------------------------
+    def loom(self, conversation_id: str) -> Loom:
+        if conversation_id not in self.looms:
+            self.looms[conversation_id] = Loom(conversation_id, self.store, self.config,
+                                               after_extract=self.after_extract)
+        return self.looms[conversation_id]
+
+    def build_step(self, conversation_id: str, seal: bool, progress: Callable[[int], None] | None = None) -> Step:
+        loom = self.loom(conversation_id)
+        yield from loom.finish_pending()
+        if self.weaver is not None:
+            yield from self.weaver.weave_pending(conversation_id)  # boxes whose weaving failed earlier
+        for m in self.store.pending_messages(conversation_id):
+            yield from loom.process(m)
+            if progress:
+                progress(1)
+        if seal:
+            yield from loom.seal_open()
+
+    def seal_step(self, conversation_id: str) -> Step:
+        yield from self.loom(conversation_id).seal_open()
+
+    def todo(self, conversation_id: str) -> int:
+        """Pending messages, boxes to extract (sealed or failed), an open box to seal and boxes to weave."""
+        s = self.store
+        return len(s.pending_messages(conversation_id)) + len(s.boxes(conversation_id, status="sealed")) + \
+            len(s.boxes(conversation_id, status="failed")) + (s.current_open_box(conversation_id) is not None) + \
+            self.unwoven([conversation_id])
+
+    # ---- the box index --------------------------------------------------------------------------
+    def sync(self) -> VectorIndex:
+        """Bring the box index up to date with the store: every extracted box, indexed once.
+
+        Runs before every search, so it reads only box ids and loads just the boxes the index lacks.
+        """
+        idx = self.memory.index("boxes")
+        boxes = [self.store.box(i) for i in self.store.box_ids(status="extracted") if i not in idx]
+        if boxes:
+            vecs = self.memory.embedder.encode([box_index_text(b) for b in boxes])
+            idx.add([b.id for b in boxes], [b.conversation_id for b in boxes], vecs)
+            idx.save()
+        return idx
+
+    def search(self, question: str, k: int, conversation_id: str | None) -> list[tuple[Box, float]]:
+        idx = self.sync()
+        qv = self.memory.embedder.encode([question])[0]
+        return [(self.store.box(i), s) for i, s in idx.search(qv, k, conversation_id)]
+
+    # ---- reporting ------------------------------------------------------------------------------
+    def stats(self, conversation_id: str | None = None) -> dict:
+        boxes = self.store.boxes(conversation_id)
+        n_msgs = sum(len(b.messages) for b in boxes)
+        status: dict[str, int] = {}
+        for b in boxes:
+            status[b.status] = status.get(b.status, 0) + 1
+        return {
+            "messages": n_msgs,
+            "boxes": len(boxes),
+            "messages_per_box": round(n_msgs / len(boxes), 2) if boxes else 0.0,
+            "box_status": status,
+            "events": len(self.store.events(conversation_id)),
+            "traces": len(self.store.traces(conversation_id)),
+        }
+
+    def unwoven(self, conversations: list[str]) -> int:
+        return sum(len(self.store.unwoven_boxes(c)) for c in conversations) if self.weaver is not None else 0
+
+    def warnings(self, conversations: list[str]) -> list[str]:
+        out = []
+        failed = sum(len(self.store.boxes(c, status="failed")) for c in conversations)
+        if failed:
+            out.append(f"{failed} box(es) failed extraction (see `membox show {self.memory.path} --failed`); "
+                       f"rerun the same build to retry them")
+        unwoven = self.unwoven(conversations)
+        if unwoven:
+            out.append(f"{unwoven} box(es) not woven into traces (a weaving call failed; the box's error is in "
+                       f"`membox show {self.memory.path}`); rerun the same build to retry them")
+        return out
+
+
+COMPONENT = BoxMemory

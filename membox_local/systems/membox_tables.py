@@ -1,0 +1,234 @@
+"""The box memory's tables and queries: boxes (a run of messages on one topic, with its record), their events,
+and the Trace Weaver's traces. A mixin that `store.store_class` composes with the shared `Store`; the filing
+of messages into boxes writes the messages table's box columns.
+"""
+from __future__ import annotations
+
+import json
+import sqlite3
+
+from ..records import Box, Event, Message, Trace
+from ..store import StoreError, store_class
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS boxes (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    conversation_id TEXT NOT NULL,
+    session TEXT NOT NULL,
+    session_date TEXT NOT NULL,
+    status TEXT NOT NULL,
+    topic TEXT NOT NULL DEFAULT '',
+    keywords TEXT NOT NULL DEFAULT '[]',
+    error TEXT NOT NULL DEFAULT '',
+    woven INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX IF NOT EXISTS boxes_conv ON boxes (conversation_id, status);
+CREATE TABLE IF NOT EXISTS events (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    box_id INTEGER NOT NULL REFERENCES boxes(id),
+    conversation_id TEXT NOT NULL,
+    idx INTEGER NOT NULL,
+    text TEXT NOT NULL,
+    date TEXT NOT NULL,
+    grounding REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS events_box ON events (box_id);
+CREATE TABLE IF NOT EXISTS traces (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    conversation_id TEXT NOT NULL,
+    summary TEXT NOT NULL DEFAULT ''
+);
+CREATE TABLE IF NOT EXISTS trace_events (
+    trace_id INTEGER NOT NULL REFERENCES traces(id),
+    event_id INTEGER NOT NULL REFERENCES events(id),
+    PRIMARY KEY (trace_id, event_id)
+);
+CREATE INDEX IF NOT EXISTS trace_events_event ON trace_events (event_id);
+"""
+
+
+class BoxTables:
+    """Mixin for `Store`: uses its connection (`db`), `transaction()` and `_message`."""
+
+    TABLES = "membox"
+    SCHEMA = SCHEMA
+    SCHEMA_VERSION = 1
+    # how sharded builds are merged (store.merge_rules): table -> {column: the table whose ids it holds}
+    ID_COLUMNS = {
+        "messages": {"box_id": "boxes"},
+        "llm_usage": {"box_id": "boxes"},
+        "boxes": {"id": "boxes"},
+        "events": {"id": "events", "box_id": "boxes"},
+        "traces": {"id": "traces"},
+        "trace_events": {"trace_id": "traces", "event_id": "events"},
+    }
+    OWN_ID = {"boxes": "id", "events": "id", "traces": "id"}
+
+    # ---- filing messages ------------------------------------------------------------------------
+    def file_message(self, m: Message, box_id: int, decision: str, score: float | None) -> None:
+        with self.transaction():
+            self.db.execute(
+                "UPDATE messages SET box_id=?, decision=?, score=?, processed=1 "
+                "WHERE conversation_id=? AND message_id=?",
+                (box_id, decision, score, m.conversation_id, m.message_id),
+            )
+
+    def filed_messages(self, conversation_id: str, last: int) -> list[Message]:
+        """The conversation's `last` messages already filed into boxes, oldest first."""
+        rows = self.db.execute(
+            "SELECT * FROM messages WHERE conversation_id=? AND processed=1 ORDER BY seq DESC LIMIT ?",
+            (conversation_id, last),
+        ).fetchall()
+        return [self._message(r) for r in reversed(rows)]
+
+    # ---- boxes ----------------------------------------------------------------------------------
+    def open_box(self, m: Message) -> int:
+        with self.transaction():
+            cur = self.db.execute(
+                "INSERT INTO boxes (conversation_id, session, session_date, status) VALUES (?, ?, ?, 'open')",
+                (m.conversation_id, m.session, m.session_date),
+            )
+            return int(cur.lastrowid)
+
+    def set_box_status(self, box_id: int, status: str, error: str = "") -> None:
+        with self.transaction():
+            self.db.execute("UPDATE boxes SET status=?, error=? WHERE id=?", (status, error, box_id))
+
+    def save_extraction(self, box_id: int, topic: str, keywords: list[str], events: list[Event]) -> list[Event]:
+        """Write a box's record and its events in one transaction; returns the events with their ids."""
+        stored = []
+        with self.transaction():
+            self.db.execute("DELETE FROM events WHERE box_id=?", (box_id,))
+            self.db.execute(
+                "UPDATE boxes SET topic=?, keywords=?, status='extracted', error='' WHERE id=?",
+                (topic, json.dumps(keywords), box_id),
+            )
+            for i, e in enumerate(events):
+                cur = self.db.execute(
+                    "INSERT INTO events (box_id, conversation_id, idx, text, date, grounding) VALUES (?,?,?,?,?,?)",
+                    (box_id, e.conversation_id, i, e.text, e.date, e.grounding),
+                )
+                stored.append(Event(int(cur.lastrowid), box_id, e.conversation_id, e.text, e.date, e.grounding))
+        return stored
+
+    def _box(self, row: sqlite3.Row, with_messages: bool = True) -> Box:
+        box = Box(
+            id=row["id"], conversation_id=row["conversation_id"], session=row["session"],
+            session_date=row["session_date"], status=row["status"], topic=row["topic"],
+            keywords=json.loads(row["keywords"]), error=row["error"],
+        )
+        if with_messages:
+            rows = self.db.execute("SELECT * FROM messages WHERE box_id=? ORDER BY seq", (box.id,)).fetchall()
+            box.messages = [self._message(r) for r in rows]
+            box.events = self.events_of_box(box.id)
+        return box
+
+    def box_ids(self, status: str | None = None) -> list[int]:
+        if status is None:
+            return [r[0] for r in self.db.execute("SELECT id FROM boxes ORDER BY id")]
+        return [r[0] for r in self.db.execute("SELECT id FROM boxes WHERE status=? ORDER BY id", (status,))]
+
+    def box(self, box_id: int) -> Box:
+        row = self.db.execute("SELECT * FROM boxes WHERE id=?", (box_id,)).fetchone()
+        if row is None:
+            raise StoreError(f"no box {box_id}")
+        return self._box(row)
+
+    def boxes(self, conversation_id: str | None = None, status: str | None = None) -> list[Box]:
+        sql, args = "SELECT * FROM boxes WHERE 1=1", []
+        if conversation_id is not None:
+            sql += " AND conversation_id=?"
+            args.append(conversation_id)
+        if status is not None:
+            sql += " AND status=?"
+            args.append(status)
+        return [self._box(r) for r in self.db.execute(sql + " ORDER BY id", args).fetchall()]
+
+    def current_open_box(self, conversation_id: str) -> Box | None:
+        row = self.db.execute(
+            "SELECT * FROM boxes WHERE conversation_id=? AND status='open' ORDER BY id DESC LIMIT 1",
+            (conversation_id,),
+        ).fetchone()
+        return self._box(row) if row else None
+
+    def mark_woven(self, box_id: int) -> None:
+        with self.transaction():
+            self.db.execute("UPDATE boxes SET woven=1 WHERE id=?", (box_id,))
+
+    def unwoven_boxes(self, conversation_id: str) -> list[Box]:
+        rows = self.db.execute(
+            "SELECT * FROM boxes WHERE conversation_id=? AND status='extracted' AND woven=0 ORDER BY id",
+            (conversation_id,),
+        ).fetchall()
+        return [self._box(r) for r in rows]
+
+    # ---- events and traces ----------------------------------------------------------------------
+    @staticmethod
+    def _event(row: sqlite3.Row) -> Event:
+        return Event(row["id"], row["box_id"], row["conversation_id"], row["text"], row["date"], row["grounding"])
+
+    def events_of_box(self, box_id: int) -> list[Event]:
+        rows = self.db.execute("SELECT * FROM events WHERE box_id=? ORDER BY idx", (box_id,)).fetchall()
+        return [self._event(r) for r in rows]
+
+    def events(self, conversation_id: str | None = None) -> list[Event]:
+        if conversation_id is None:
+            rows = self.db.execute("SELECT * FROM events ORDER BY id").fetchall()
+        else:
+            rows = self.db.execute(
+                "SELECT * FROM events WHERE conversation_id=? ORDER BY id", (conversation_id,)
+            ).fetchall()
+        return [self._event(r) for r in rows]
+
+    def event(self, event_id: int) -> Event:
+        return self._event(self.db.execute("SELECT * FROM events WHERE id=?", (event_id,)).fetchone())
+
+    def create_trace(self, conversation_id: str, summary: str, event_ids: list[int]) -> int:
+        with self.transaction():
+            cur = self.db.execute(
+                "INSERT INTO traces (conversation_id, summary) VALUES (?, ?)", (conversation_id, summary)
+            )
+            tid = int(cur.lastrowid)
+            self.add_to_trace(tid, event_ids)
+            return tid
+
+    def add_to_trace(self, trace_id: int, event_ids: list[int]) -> None:
+        with self.transaction():
+            for eid in event_ids:
+                self.db.execute("INSERT OR IGNORE INTO trace_events VALUES (?, ?)", (trace_id, eid))
+
+    def traces(self, conversation_id: str | None = None) -> list[Trace]:
+        sql, args = "SELECT * FROM traces", []
+        if conversation_id is not None:
+            sql += " WHERE conversation_id=?"
+            args.append(conversation_id)
+        out = []
+        for r in self.db.execute(sql + " ORDER BY id", args).fetchall():
+            ids = [x[0] for x in self.db.execute(
+                "SELECT event_id FROM trace_events WHERE trace_id=? ORDER BY event_id", (r["id"],))]
+            out.append(Trace(r["id"], r["conversation_id"], r["summary"], ids))
+        return out
+
+    def traces_of_event(self, event_id: int) -> list[int]:
+        return [r[0] for r in self.db.execute("SELECT trace_id FROM trace_events WHERE event_id=?", (event_id,))]
+
+    def traces_with_events(self, conversation_id: str | None = None) -> list[tuple[Trace, list[Event]]]:
+        """Every trace with its events in conversation order (two queries, whatever the number of traces)."""
+        where, args = ("WHERE t.conversation_id=?", [conversation_id]) if conversation_id is not None else ("", [])
+        members: dict[int, list[Event]] = {}
+        for r in self.db.execute(
+            "SELECT te.trace_id, e.*, p.pos FROM trace_events te JOIN events e ON e.id=te.event_id "
+            "JOIN traces t ON t.id=te.trace_id LEFT JOIN (SELECT box_id, MIN(seq) AS pos FROM messages "
+            f"WHERE box_id IS NOT NULL GROUP BY box_id) p ON p.box_id=e.box_id {where} "
+            "ORDER BY te.trace_id, p.pos, e.box_id, e.idx", args,
+        ):
+            members.setdefault(r["trace_id"], []).append(self._event(r))
+        out = []
+        for r in self.db.execute(f"SELECT * FROM traces t {where} ORDER BY t.id", args).fetchall():
+            events = members.get(r["id"], [])
+            out.append((Trace(r["id"], r["conversation_id"], r["summary"], [e.id for e in events]), events))
+        return out
+
+
+# the shared store with the box memory's tables (what a Memory with [memory] systems = ["membox"] opens)
+BoxStore = store_class([BoxTables])

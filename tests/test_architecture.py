@@ -1,0 +1,115 @@
+"""The package's shape: no import cycles, and no module imports one from a layer above its own.
+
+Imports are read from the source (every `import` statement, also inside functions; those under
+`if TYPE_CHECKING:` are only for type hints and do not count)."""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PKG = Path(__file__).resolve().parent.parent / "membox_local"
+
+# Lowest first; a module may import its own layer and the ones before it. A module not listed fails the test,
+# so a new module gets a place here (a new memory system: its package goes beside `systems`).
+LAYERS: list[tuple[str, set[str]]] = [
+    ("data types and contracts", {"records", "requests", "backends.base"}),
+    ("retrieval contract", {"retrieval.base", "retrieval.layout"}),
+    ("retrieval modes", {"retrieval", "retrieval.baselines", "retrieval.compact", "retrieval.boxhits"}),
+    ("registry and config", {"systems", "config"}),
+    ("storage, models, input", {"store", "index", "weights", "ingest", "prompts", "backends",
+                                "backends.llamacpp", "backends.openai", "backends.vllm", "backends.transformers",
+                                "embed", "testing"}),
+    ("execution", {"execution", "execution.driver", "execution.batch", "execution.merge"}),
+    ("box memory", {"judges", "loom", "weaver", "systems.base", "systems.membox_tables", "systems.membox"}),
+    ("memory", {"memory"}),
+    ("applications", {"__init__", "execution.ray_engine", "show", "compare", "cli", "evaluation",
+                      "evaluation.scorers", "evaluation.segmentation", "evaluation.locomo", "evaluation.results",
+                      "fit", "fit.*"}),
+]
+
+
+def layer_of(module: str) -> int | None:
+    """The layer listing the module, or its package as `package.*`."""
+    for i, (_, mods) in enumerate(LAYERS):
+        if module in mods or any(m.endswith(".*") and module.startswith(m[:-1]) for m in mods):
+            return i
+    return None
+
+
+def module_name(path: Path) -> str:
+    rel = path.relative_to(PKG).with_suffix("")
+    parts = rel.parts[:-1] if rel.name == "__init__" and len(rel.parts) > 1 else rel.parts
+    return ".".join(parts)
+
+
+def imports(path: Path, known: set[str]) -> set[str]:
+    name = module_name(path)
+    package = name if path.name == "__init__.py" and name != "__init__" else name.rpartition(".")[0]
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    hints = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            hints |= {id(n) for n in ast.walk(node)}
+    out = set()
+    for node in ast.walk(tree):
+        if id(node) in hints:
+            continue
+        targets = []
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".") if package else []
+                base = base[: len(base) - (node.level - 1)] if node.level > 1 else base
+                mod = ".".join(base + ([node.module] if node.module else []))
+            elif (node.module or "").startswith("membox_local"):
+                mod = node.module[len("membox_local."):] if node.module != "membox_local" else ""
+            else:
+                continue
+            targets = [f"{mod}.{a.name}" if mod else a.name for a in node.names] + [mod]
+        elif isinstance(node, ast.Import):
+            targets = [a.name[len("membox_local."):] for a in node.names if a.name.startswith("membox_local.")]
+        for t in targets:
+            if t in known:
+                out.add(t)
+                break
+    return out - {name}
+
+
+def graph() -> dict[str, set[str]]:
+    files = {module_name(p): p for p in PKG.rglob("*.py")}
+    known = set(files)
+    return {n: imports(p, known) for n, p in files.items()}
+
+
+def test_every_module_has_a_layer():
+    missing = sorted(n for n in graph() if layer_of(n) is None)
+    assert not missing, f"modules without a layer in tests/test_architecture.py: {missing}"
+
+
+def test_no_import_cycles():
+    g = graph()
+    cycles, state = [], {}
+
+    def visit(n, stack):
+        state[n] = 1
+        stack.append(n)
+        for m in sorted(g.get(n, ())):
+            if state.get(m) == 1:
+                cycles.append(" -> ".join(stack[stack.index(m):] + [m]))
+            elif m not in state:
+                visit(m, stack)
+        stack.pop()
+        state[n] = 2
+
+    for n in sorted(g):
+        if n not in state:
+            visit(n, [])
+    assert not cycles, "import cycles:\n" + "\n".join(cycles)
+
+
+def test_no_upward_imports():
+    g = graph()
+    rank = {n: layer_of(n) for n in g}
+    up = [f"{n} ({LAYERS[rank[n]][0]}) imports {m} ({LAYERS[rank[m]][0]})"
+          for n, deps in g.items() for m in deps
+          if rank[n] is not None and rank[m] is not None and rank[m] > rank[n]]
+    assert not up, "imports from a higher layer:\n" + "\n".join(sorted(up))

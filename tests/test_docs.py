@@ -1,0 +1,222 @@
+"""The figures README.md quotes, checked against the saved results in benchmarks/results/.
+
+No models and no dataset: each figure is recomputed from a committed result file (per-question records,
+per-dialogue rows or saved summaries) and README must contain it rounded as it is shown there.
+`README_FIGURES` is the mapping: README phrase (with `{}` where the figures go) -> result file -> the key path
+the figures come from. When a result file is re-saved with new figures, this test names the README sentence to
+update. BENCHMARKS.md is checked for its length, for the result files it cites and for its default's rows.
+"""
+from __future__ import annotations
+
+import gzip
+import json
+import re
+from functools import lru_cache
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+RESULTS = REPO / "benchmarks" / "results"
+README = REPO / "README.md"
+BENCHMARKS = REPO / "BENCHMARKS.md"
+
+
+def normalise(text: str) -> str:
+    """One space for every run of whitespace (README wraps its lines anywhere), none around '/'."""
+    return re.sub(r"\s*/\s*", "/", re.sub(r"\s+", " ", text))
+
+
+# ---- readers of the result files ------------------------------------------------------------------------------
+
+def pct(mean: float) -> str:
+    """A pooled share as the saved Markdown tables show it: the mean rounded to 4 places, then x100 to one decimal
+    (membox_local/evaluation/locomo.py)."""
+    return f"{100 * round(mean, 4):.1f}"
+
+
+@lru_cache(maxsize=None)
+def records(name: str) -> tuple[dict, ...]:
+    with gzip.open(RESULTS / name, "rt") as f:
+        return tuple(json.loads(line) for line in f if line.strip())
+
+
+def pooled(name: str, mode: str, field: str, key: str, conversations: tuple[str, ...] = ()) -> list[float]:
+    """The per-question values of records[field][key] for one mode (and some conversations), None left out."""
+    got = [r[field].get(key) for r in records(name)
+           if r["mode"] == mode and (not conversations or r["conversation"] in conversations)]
+    return [x for x in got if x is not None]
+
+
+def recall(name: str, mode: str, budget: int) -> str:
+    return pct(sum(xs := pooled(name, mode, "recall", f"budget={budget}")) / len(xs))
+
+
+def qa(name: str, mode: str, scorer: str, conversations: tuple[str, ...] = ()) -> str:
+    return pct(sum(xs := pooled(name, mode, "scores", scorer, conversations)) / len(xs))
+
+
+def questions(name: str, mode: str, field: str, key: str, conversations: tuple[str, ...] = ()) -> str:
+    return str(len(pooled(name, mode, field, key, conversations)))
+
+
+def md_cell(name: str, config: str, mode: str, column: str) -> str:
+    """A cell of the first table under '# LoCoMo: config CONFIG (' in a saved Markdown report, brackets dropped."""
+    lines = (RESULTS / name).read_text().splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(f"# LoCoMo: config {config} ("))
+    header = next(line for line in lines[start:] if line.startswith("| mode |"))
+    cols = [c.strip() for c in header.strip("|").split("|")]
+    for line in lines[lines.index(header, start):]:
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if cells[0] == mode:
+            return cells[cols.index(column)].split(" (")[0]
+    raise AssertionError(f"{name}: no row {mode!r} under config {config}")
+
+
+@lru_cache(maxsize=None)
+def load(name: str) -> dict:
+    return json.loads((RESULTS / name).read_text())
+
+
+def segmentation(name: str, config: str, first: int = 0) -> str:
+    """Pk/WD/F1 macro-averaged over the saved per-dialogue rows (from dialogue `first` on), to three decimals."""
+    rows = load(name)["configs"][config]["dialogue_rows"][first:]
+    return "/".join(f"{sum(r[m] for r in rows) / len(rows):.3f}" for m in ("pk", "wd", "f1"))
+
+
+def speed(judge: str, key: str = "s_per_message") -> float:
+    return next(r[key] for r in load("segmentation-speed.json")["rows"] if r["judge"] == judge)
+
+
+def box_sizes(run: str) -> list[str]:
+    """Mean messages per box over the six conversations, then the smallest and largest, as BENCHMARKS.md shows."""
+    saved = load("segmentation-locomo-full.json")["runs"][run]
+    sizes = saved["messages_per_box"].values()
+    return [f"{saved['mean']:.2f}", f"{min(sizes):.2f}", f"{max(sizes):.2f}"]
+
+
+def first_60(config: str) -> str:
+    """Messages per box over the first 60 messages of each LoCoMo conversation (the fit's box-size constraint)."""
+    return f"{load('segmentation-content.json')['configs_now'][config]['locomo']['mean']:.2f}"
+
+
+def build_minutes() -> tuple[str, str]:
+    walls = [b["build_wall_s"] for b in load("locomo-recall-cpu.json")["builds"].values()]
+    return f"{min(walls) / 60:.0f}", f"{max(walls) / 60:.0f}"
+
+
+QA = "boxaware-qa-cpu.jsonl.gz"
+RECALL = "locomo-recall-cpu.jsonl.gz"
+CONV30 = ("conv-30",)
+
+# README phrase -> result file -> key path, and the figures read from it.
+README_FIGURES = [
+    ("({}% at 1000 tokens, against", "boxaware-recall-full-cpu.md", "config cpu: box-hits, budget=1000",
+     lambda: [md_cell("boxaware-recall-full-cpu.md", "cpu", "box-hits", "budget=1000")]),
+    ("against {}% for chunk-rag", RECALL, "chunk-rag: recall.budget=1000",
+     lambda: [recall(RECALL, "chunk-rag", 1000)]),
+    ("and {}% for `compact`", RECALL, "compact: recall.budget=1000",
+     lambda: [recall(RECALL, "compact", 1000)]),
+    ("LoCoMo F1 {} vs {} with the 0.5B model on the {} questions of conv-30", QA,
+     "box-hits and compact, conv-30: scores.locomo_f1; number of compact answers",
+     lambda: [qa(QA, "box-hits", "locomo_f1", CONV30), qa(QA, "compact", "locomo_f1", CONV30),
+              questions(QA, "compact", "scores", "locomo_f1", CONV30)]),
+    ("{} on all {} questions of conv-26 and conv-30", QA, "box-hits: scores.locomo_f1; number of answers",
+     lambda: [qa(QA, "box-hits", "locomo_f1"), questions(QA, "box-hits", "scores", "locomo_f1")]),
+    ("it scores Pk/WD/F1 {} on TIAGE dev", "segmentation-report-tiage_dev.json", "configs.cpu.dialogue_rows",
+     lambda: [segmentation("segmentation-report-tiage_dev.json", "cpu")]),
+    ("on TIAGE dev and {} on all 711 DialSeg711 dialogues", "segmentation-report-dialseg711_test.json",
+     "configs.cpu.dialogue_rows", lambda: [segmentation("segmentation-report-dialseg711_test.json", "cpu")]),
+    ("({} on dialogues 554-711", "segmentation-report-dialseg711_test.json", "configs.cpu.dialogue_rows[553:]",
+     lambda: [segmentation("segmentation-report-dialseg711_test.json", "cpu", first=553)]),
+    ("switch rule alone: {} on all 711 DialSeg711 dialogues", "segmentation-report-dialseg711_test.json",
+     "configs.cpu-switch.dialogue_rows",
+     lambda: [segmentation("segmentation-report-dialseg711_test.json", "cpu-switch")]),
+    ("It takes {} s per message", "segmentation-speed.json", "rows[judge='hybrid (cpu)'].s_per_message",
+     lambda: [f"{speed('hybrid (cpu)'):.2f}"]),
+    ("MiniLM-only judge (about {}x faster", "segmentation-speed.json",
+     "rows: hybrid (cpu) / hybrid (configs/cpu-minilm.toml) s_per_message, to tens",
+     lambda: [f"{round(speed('hybrid (cpu)') / speed('hybrid (configs/cpu-minilm.toml)'), -1):.0f}"]),
+    ("dev conversations get {} per box", "segmentation-locomo-full.json", "runs['--config cpu'].mean",
+     lambda: [f"{load('segmentation-locomo-full.json')['runs']['--config cpu']['mean']:.1f}"]),
+    ("previous default's {}-message boxes", "segmentation-locomo-full.json",
+     "runs['--config runs/cpu-night.toml'].mean",
+     lambda: [f"{load('segmentation-locomo-full.json')['runs']['--config runs/cpu-night.toml']['mean']:.1f}"]),
+    ("({}% against {}% at 1000 tokens", "boxaware-recall-full-cpu.md",
+     "config cpu and config cpu-night: box-hits, budget=1000",
+     lambda: [md_cell("boxaware-recall-full-cpu.md", c, "box-hits", "budget=1000") for c in ("cpu", "cpu-night")]),
+    ("at 1000 tokens, six dev conversations, {} questions", "boxaware-recall-full-cpu.md",
+     "config cpu: box-hits, questions", lambda: [md_cell("boxaware-recall-full-cpu.md", "cpu", "box-hits",
+                                                         "questions")]),
+    ("LLM build takes {} to {} minutes", "locomo-recall-cpu.json", "builds.*.build_wall_s, min and max / 60",
+     lambda: list(build_minutes())),
+]
+
+
+@pytest.mark.parametrize("phrase, source, key, figures", README_FIGURES, ids=[f[0] for f in README_FIGURES])
+def test_readme_figure_matches_result_file(phrase, source, key, figures):
+    assert (RESULTS / source).exists(), f"{source} is not in benchmarks/results/"
+    expected = normalise(phrase.format(*figures()))
+    assert expected in normalise(README.read_text()), (
+        f"README should say {expected!r} (figures from benchmarks/results/{source}, {key})")
+
+
+def test_saved_summaries_agree_with_the_records():
+    """The held-out DialSeg711 column and the QA table: the saved summaries equal the per-item records."""
+    report = load("segmentation-report-dialseg711_test.json")["configs"]["cpu"]
+    held_out = report["dialogue_rows"][553:]
+    for m in ("pk", "wd", "f1"):
+        assert abs(sum(r[m] for r in held_out) / len(held_out) - report["after_553"][m]) < 5e-5
+    assert len(report["dialogue_rows"]) - 553 == report["after_553"]["dialogues"]
+    md = (RESULTS / "boxaware-qa-cpu.md").read_text()
+    tokens = [r["context_tokens"] for r in records(QA) if r["mode"] == "box-hits"]
+    row = "| box-hits | {} | {:.0f} | {} | {} | {} | {} |".format(
+        questions(QA, "box-hits", "scores", "locomo_f1"), sum(tokens) / len(tokens),
+        *(qa(QA, "box-hits", s) for s in ("locomo_f1", "mem0_f1", "mem0_bleu1", "membox_f1")))
+    assert row in md
+    assert md_cell("locomo-recall-cpu.md", "cpu", "compact", "budget=1000") == recall(RECALL, "compact", 1000)
+
+
+PUBLISHED = ["0.400/0.420/0.427", "0.278/0.302/0.610", "0.265/0.287/0.572", "0.197/0.210/0.650"]
+
+
+@pytest.mark.parametrize("figures", PUBLISHED)
+def test_published_peer_figures_agree(figures):
+    """Published peers (CSM, the RoBERTa segmenter) are quoted alike in README and BENCHMARKS.md."""
+    assert figures in normalise(README.read_text())
+    assert figures in normalise(BENCHMARKS.read_text())
+
+
+def test_benchmarks_is_short():
+    lines = BENCHMARKS.read_text().splitlines()
+    assert len(lines) < 300, f"BENCHMARKS.md has {len(lines)} lines; it shows the current state only"
+
+
+def test_benchmarks_cites_only_saved_results():
+    cited = set(re.findall(r"benchmarks/results/([A-Za-z0-9_.\-]*[A-Za-z0-9_])", BENCHMARKS.read_text()))
+    assert cited, "BENCHMARKS.md cites no result file"
+    missing = sorted(name for name in cited if not (RESULTS / name).is_file())
+    assert not missing, f"BENCHMARKS.md cites result files that do not exist: {missing}"
+
+
+BENCHMARKS_FIGURES = [
+    ("**{}**", lambda: [segmentation("segmentation-report-tiage_dev.json", "cpu")]),
+    ("**{}**", lambda: [segmentation("segmentation-report-dialseg711_test.json", "cpu")]),
+    ("**{}**", lambda: [segmentation("segmentation-report-dialseg711_test.json", "cpu", first=553)]),
+    ("**{}** | **{}** | **{}** | **{}** |", lambda: [md_cell("boxaware-recall-full-cpu.md", "cpu", "box-hits",
+                                                             f"budget={b}") for b in (250, 500, 1000, 2000)]),
+    ("| compact (the paper's mode) | LLM builds, judge of 2026-11-29 (5.36 per box) | {} | {} | {} | {} |",
+     lambda: [recall(RECALL, "compact", b) for b in (250, 500, 1000, 2000)]),
+    ("| conv-30 (81) | 943 | {} | {} | {} | {} |",
+     lambda: [qa(QA, "compact", s, CONV30) for s in ("locomo_f1", "mem0_f1", "mem0_bleu1", "membox_f1")]),
+    ("**{}** | {} | 2 score requests",
+     lambda: [f"{speed('hybrid (cpu)'):.3f}", f"{speed('hybrid (cpu)', 'x_fastest'):.0f}"]),
+    ("**{} ({}-{})** | {} |", lambda: box_sizes("--config cpu") + [first_60("cpu")]),
+    ("| {} ({}-{}) | {} |", lambda: box_sizes("--config runs/cpu-night.toml") + [first_60("runs/cpu-night.toml")]),
+]
+
+
+@pytest.mark.parametrize("phrase, figures", BENCHMARKS_FIGURES, ids=[f[0][:40] for f in BENCHMARKS_FIGURES])
+def test_benchmarks_default_rows_match_result_files(phrase, figures):
+    expected = normalise(phrase.format(*figures()))
+    assert expected in normalise(BENCHMARKS.read_text()), f"BENCHMARKS.md should contain {expected!r}"
