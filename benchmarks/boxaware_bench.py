@@ -30,13 +30,13 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import numpy as np
 
-import numpy as np  # noqa: E402
+from membox_local.evaluation.locomo import DEFAULT_DATA, Settings, markdown, run
+from membox_local.retrieval import RETRIEVERS
+from membox_local.retrieval.boxhits import HEADERS, BoxHitsRetriever, BoxHitsTraceRetriever, _unit
 
-from membox_local.retrieval.boxhits import HEADERS, BoxHitsRetriever, BoxHitsTraceRetriever, _unit  # noqa: E402
-from membox_local.evaluation.locomo import DEFAULT_DATA, Settings, markdown, run  # noqa: E402
-from membox_local.retrieval import RETRIEVERS  # noqa: E402
+REPO = Path(__file__).resolve().parent.parent
 
 DEV = ["conv-26", "conv-30", "conv-41", "conv-42", "conv-43", "conv-44"]
 BOX_ONLY_MODES = ["turn-rag", "chunk-rag", "box-hits"]
@@ -96,7 +96,7 @@ def main(argv=None) -> int:
     p.add_argument("--out", help="run folder (default: runs/bench-boxaware-<step>-<config>...)")
     p.add_argument("--sessions", type=int, default=0, help="recall: only each conversation's first N sessions")
     p.add_argument("--cached-scores", action="store_true",
-                   help="recall: the judge's score requests from benchmarks/cache/ (seg_cache.ScoreCache; missing "
+                   help="recall: the judge's score requests from benchmarks/cache/ (membox_local.fit.cache.ScoreCache; missing "
                         "ones are computed and added), MiniLM vectors from runs/segmentation/vectors.npz")
     a = p.parse_args(argv)
     if a.step != "recall" and (a.sessions or a.cached_scores):
@@ -128,15 +128,12 @@ def main(argv=None) -> int:
                      out=a.out or f"runs/bench-boxaware-{a.step}-{a.config}-s4")
     backend = embedder = None
     if a.cached_scores:
-        sys.path.insert(0, str(Path(__file__).resolve().parent))
-        from seg_cache import LookupEmbedder, ScoreCache
-
         from membox_local.config import load_config
+        from membox_local.fit.cache import LookupEmbedder, ScoreCache, score_cache_path
 
         cfg = load_config(a.config)
-        backend = ScoreCache(cfg)
-        vectors = Path(__file__).resolve().parent.parent / "runs" / "segmentation" / "vectors.npz"
-        embedder = LookupEmbedder(cfg, [], vectors)
+        backend = ScoreCache(cfg, score_cache_path(cfg, REPO / "benchmarks" / "cache"))
+        embedder = LookupEmbedder(cfg, [], REPO / "runs" / "segmentation" / "vectors.npz")
     summary = run(s, backend=backend, embedder=embedder)
     print(f"<!-- 2-core CPU VM; date {time.strftime('%Y-%m-%d')}; command: python benchmarks/boxaware_bench.py "
           f"{' '.join(sys.argv[1:] if argv is None else argv)} -->")

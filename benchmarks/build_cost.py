@@ -7,6 +7,7 @@ Builds into a fresh temporary store (or --store) with the given config and print
 from __future__ import annotations
 
 import argparse
+import json
 import platform
 import sys
 import tempfile
@@ -19,7 +20,6 @@ from tqdm import tqdm
 from membox_local.config import load_config
 from membox_local.ingest import load_messages
 from membox_local.memory import Memory
-from _report import emit  # benchmarks/_report.py (scripts run as `python benchmarks/NAME.py`)
 
 
 def main() -> None:
@@ -60,7 +60,10 @@ def main() -> None:
         "s_per_message": round(wall / n, 3), "llm_per_message_by_stage": per_msg,
         "llm_totals_by_stage": stats["llm_usage"],
     }
-    emit(report, a.out)
+    text = json.dumps(report, indent=2)
+    print(text)
+    if a.out:
+        Path(a.out).write_text(text + "\n")
 
 
 if __name__ == "__main__":

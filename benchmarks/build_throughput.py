@@ -8,7 +8,7 @@ Conversations are slices of LoCoMo: each of the file's conversations is cut into
 consecutive sessions, each session cut to its first `--turns` turns, so N can exceed the six LoCoMo
 conversations. Every build goes into a fresh store. Backends:
 - model: the config's real backend (llama.cpp on the CPU), `--jobs` instances (LlamaCppPool when > 1);
-- double: the deterministic test double (tests/fakes.py): pure scheduling overhead, tokens counted in words;
+- double: the deterministic test double (membox_local/testing.py): pure scheduling overhead, tokens counted in words;
 - latency-double: the double plus a fixed cost per call and a small cost per item, standing in for a
   backend that batches natively (vLLM: one generate over all prompts). A simulation: says nothing about
   a real GPU's numbers, only about what the scheduler does with such a backend.
@@ -18,6 +18,7 @@ utterance by stage beside the paper's (Membox, GPT-4o-mini: Tables 5 and 6).
 from __future__ import annotations
 
 import argparse
+import json
 import platform
 import sys
 import tempfile
@@ -25,15 +26,13 @@ import time
 from datetime import date
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "tests"))  # the doubles
+from membox_local.config import load_config
+from membox_local.execution.batch import build_conversations
+from membox_local.ingest import load_messages
+from membox_local.memory import Memory
+from membox_local.records import Message
 
-from membox_local.config import load_config  # noqa: E402
-from membox_local.ingest import load_messages  # noqa: E402
-from membox_local.memory import Memory  # noqa: E402
-from membox_local.records import Message  # noqa: E402
-from membox_local.execution.batch import build_conversations  # noqa: E402
-from _report import emit  # benchmarks/_report.py (scripts run as `python benchmarks/NAME.py`)
+REPO = Path(__file__).resolve().parent.parent
 
 # Membox with GPT-4o-mini (paper, Tables 5 and 6): 892 boxes
 PAPER = {"construction_tok_per_utt": 236.18, "construction_tok_per_box": 1557.44, "linking_tok_per_box": 3133.56,
@@ -68,7 +67,7 @@ class LatencyDouble:
     """Wraps the double: each batched call costs `call_s` plus `item_s` per request (a native batcher)."""
 
     def __new__(cls, call_s: float, item_s: float):
-        from fakes import FakeBackend
+        from membox_local.testing import FakeBackend
 
         class _Latency(FakeBackend):
             name = "latency-double"
@@ -103,7 +102,7 @@ def make_models(a, cfg):
         else:
             backend = make_backend(cfg.llm)
         return backend, make_embedder(cfg.embedder)
-    from fakes import FakeBackend, FakeEmbedder
+    from membox_local.testing import FakeBackend, FakeEmbedder
 
     backend = FakeBackend() if a.backend == "double" else LatencyDouble(a.call_ms / 1000, a.item_ms / 1000)
     return backend, FakeEmbedder()
@@ -179,12 +178,15 @@ def main() -> None:
     report = {
         "date": date.today().isoformat(), "machine": f"{platform.machine()}, {__import__('os').cpu_count()} cores",
         "command": "python " + " ".join(sys.argv), "backend": a.backend, "config": cfg.name,
-        "model": cfg.llm.model if a.backend == "model" else "tests/fakes.py", "judge": cfg.loom.judge,
+        "model": cfg.llm.model if a.backend == "model" else "membox_local/testing.py", "judge": cfg.loom.judge,
         "jobs": a.jobs, "sessions_per_conversation": a.sessions, "turns_per_session": a.turns or "all",
         "model_load_s": round(load_s, 1), "rows": rows, "paper_gpt4o_mini": {k: round(v, 2) for k, v in PAPER.items()},
         "target_total_tok_per_utt": round(PAPER["total_tok_per_utt"] / 2, 1),
     }
-    emit(report, a.out)
+    text = json.dumps(report, indent=2)
+    print(text)
+    if a.out:
+        Path(a.out).write_text(text + "\n")
 
 
 if __name__ == "__main__":

@@ -14,11 +14,9 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from membox_local.config import load_config  # noqa: E402
-from membox_local.ingest import load_messages  # noqa: E402
-from membox_local.memory import Memory  # noqa: E402
+from membox_local.config import load_config
+from membox_local.ingest import load_messages
+from membox_local.memory import Memory
 
 DEMO = Path(__file__).resolve().parent.parent / "membox_local" / "data" / "demo.jsonl"
 QUESTIONS = ["Which race did Maya sign up for?", "What did the physio tell Maya to do about her knee?",

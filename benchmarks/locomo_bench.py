@@ -30,10 +30,9 @@ import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+from membox_local.evaluation.locomo import DEFAULT_DATA, Settings, markdown, run
 
-from membox_local.evaluation.locomo import DEFAULT_DATA, Settings, markdown, run  # noqa: E402
+REPO = Path(__file__).resolve().parent.parent
 
 RECALL_OUT = "runs/bench-locomo-recall-{config}{prefix}"
 BASELINES_OUT = "runs/bench-locomo-recall-baselines-{config}"

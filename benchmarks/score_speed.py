@@ -6,8 +6,8 @@ and computes next-token logits only where they predict the continuation; the ref
 from an empty cache with logits at every position (what the backend did before 2026-12-01, evening). Both run
 on the same requests, in the judge's order, with the same model and threads; the report gives seconds per
 message of each, their ratio, and how far the log-likelihoods differ per token (float noise from a different
-batch split). A third timing runs the same requests in `segmentation.score_order` (what the benchmarks' batch
-scoring uses): each bare-header request right before the request that starts with its text.
+batch split). A third timing runs the same requests in `membox_local.fit.cache.score_order` (what the fits'
+batch scoring uses): each bare-header request right before the request that starts with its text.
 
     python benchmarks/score_speed.py [--config cpu] [--limit 4]
 Writes runs/score-speed.json (benchmarks/results/score-speed.json is a saved copy).
@@ -22,13 +22,12 @@ from pathlib import Path
 
 import numpy as np
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+from membox_local.backends.base import continuation_logprob
+from membox_local.config import load_config
+from membox_local.evaluation.segmentation import load_dialogues
+from membox_local.fit.cache import judge_order, score_order
 
-from membox_local.backends.base import continuation_logprob  # noqa: E402
-from membox_local.config import load_config  # noqa: E402
-from membox_local.evaluation.segmentation import load_dialogues  # noqa: E402
-from seg_cache import judge_order, score_order  # noqa: E402
+REPO = Path(__file__).resolve().parent.parent
 
 
 def main() -> int:

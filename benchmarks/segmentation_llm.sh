@@ -8,7 +8,7 @@ D=${MEMBOX_DATA:-../shared/data}/segmentation
 OUT=runs/segmentation/llm-$CONFIG
 M=".venv/bin/membox eval segmentation --config $CONFIG"
 $M --data $D/tiage_train.json --judge llm-logprob --set loom.prob_threshold=0.0 --limit $TRAIN --out $OUT/train-scored
-T=$(.venv/bin/python benchmarks/segmentation.py fit-prob $OUT/train-scored | tee $OUT/fit-prob.json \
+T=$(.venv/bin/membox fit prob $OUT/train-scored | tee $OUT/fit-prob.json \
     | .venv/bin/python -c "import json,sys; print(json.load(sys.stdin)['prob_threshold'])")
 echo "prob_threshold=$T"
 for J in llm-logprob llm authors; do

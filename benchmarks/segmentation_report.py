@@ -22,19 +22,17 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+from membox_local.evaluation.segmentation import load_dialogues
+from membox_local.fit.cache import LookupEmbedder, ScoreCache, judge_order, precompute_scores, score_cache_path
+from membox_local.fit.measure import config_of, no_boundaries
 
-from seg_cache import LookupEmbedder, ScoreCache, judge_order, precompute_scores  # noqa: E402
-from segmentation import REPO, RUNS, load_config, load_dialogues, no_boundaries  # noqa: E402
+REPO = Path(__file__).resolve().parent.parent
+RUNS = REPO / "runs" / "segmentation"
+CACHE = REPO / "benchmarks" / "cache"
 
 DEFAULT_SPECS = ["cpu", "cpu-switch", "cpu-minilm", "cpu:embedding"]
 # published figures in the README of ../shared/data/segmentation (Pk / WD / F1), for the printout only
 PUBLISHED = {"dialseg711_test": {"CSM": (0.278, 0.302, 0.610), "RoBERTa-TIAGE": (0.197, 0.210, 0.650)}}
-
-
-def config_of(spec: str):
-    name, _, judge = spec.partition(":")
-    return load_config(name, {"loom.judge": judge} if judge else None)
 
 
 def uses_llm(cfg) -> bool:
@@ -75,7 +73,8 @@ def main() -> int:
     for path in args.data or [str(seg / "dialseg711_test.json")]:
         dls = load_dialogues(path, args.limit)
         base = next(iter(cfgs.values()))
-        scorer = ScoreCache(next(c for c in cfgs.values() if uses_llm(c))) if llm_models else None
+        scored = next((c for c in cfgs.values() if uses_llm(c)), None)
+        scorer = ScoreCache(scored, score_cache_path(scored, CACHE)) if llm_models else None
         if args.cached_only and scorer is not None:
             n = min(cached_prefix(dls, scorer, w) for w in windows)
             print(f"{Path(path).name}: the first {n} of {len(dls)} dialogues have every score cached", file=sys.stderr)

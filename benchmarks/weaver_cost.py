@@ -11,6 +11,7 @@ build made with the weaver off) are woven now. Prints a JSON report; the paper's
 from __future__ import annotations
 
 import argparse
+import json
 import platform
 import sys
 import tempfile
@@ -22,7 +23,6 @@ from membox_local.config import load_config
 from membox_local.ingest import load_messages
 from membox_local.memory import Memory
 from membox_local.weaver import weave_counters
-from _report import emit  # benchmarks/_report.py (scripts run as `python benchmarks/NAME.py`)
 
 LINK_STAGES = ("link", "trace-init")
 PAPER_TABLE6 = {"gpt-4o-mini": {"boxes": 892, "calls_per_box": 2.30, "tokens_per_box": 3133.56},
@@ -104,7 +104,10 @@ def main() -> None:
         "model_load_s": round(load_s, 1), "build_wall_s": round(wall, 1),
         "paper_table6": PAPER_TABLE6,
     }
-    emit(report, a.out)
+    text = json.dumps(report, indent=2)
+    print(text)
+    if a.out:
+        Path(a.out).write_text(text + "\n")
 
 
 if __name__ == "__main__":

@@ -23,7 +23,7 @@ DEMO_QUESTIONS = [
 # Modules under membox_local/evaluation/ that add a `membox eval <name>` subcommand via add_parser(subparsers).
 EVAL_MODULES: list[str] = ["segmentation", "locomo"]
 # Other modules that add a top-level subcommand via add_parser(subparsers).
-COMMAND_MODULES: list[str] = ["compare"]
+COMMAND_MODULES: list[str] = ["compare", "fit"]
 
 
 def _progress(total: int | None, desc: str):

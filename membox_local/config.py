@@ -332,7 +332,10 @@ def read_config_data(path: Path, seen: tuple[Path, ...] = ()) -> dict[str, Any]:
         return data
     if not isinstance(parent, str):
         raise ConfigError(f"{path}: extends must be a config name or a path, got {parent!r}")
-    parent_path = (path.parent / parent) if parent.endswith(".toml") else resolve_config_path(parent)
+    try:
+        parent_path = resolve_config_path(path.parent / parent if parent.endswith(".toml") else parent)
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: extends {parent!r}: {exc}") from None
     if parent_path.resolve() in seen or parent_path.resolve() == path.resolve():
         raise ConfigError(f"{path}: extends {parent!r} makes a loop")
     return _merge(read_config_data(parent_path, seen + (path.resolve(),)), data)

@@ -62,7 +62,8 @@ class VectorIndex:
             if need > self._index.get_max_elements():
                 self._index.resize_index(need * 2)
             labels = np.arange(len(self.ids), need)
-            self._index.add_items(np.asarray(vectors, dtype=np.float32)[fresh], labels)
+            # one thread: the graph, and so every search, is the same from run to run
+            self._index.add_items(np.asarray(vectors, dtype=np.float32)[fresh], labels, num_threads=1)
             for n in fresh:
                 self._label_of[ids[n]] = len(self.ids)
                 self.ids.append(ids[n])
@@ -85,7 +86,8 @@ class VectorIndex:
                 return []
             self._index.set_ef(max(self.ef, k * 2))
             labels, dists = self._index.knn_query(np.asarray(vector, dtype=np.float32), k=k, filter=filt)
-            return [(self.ids[int(lab)], 1.0 - float(d)) for lab, d in zip(labels[0], dists[0])]
+            hits = [(self.ids[int(lab)], 1.0 - float(d)) for lab, d in zip(labels[0], dists[0])]
+            return sorted(hits, key=lambda h: (-h[1], h[0]))  # equal similarities: the older item first
 
     def save(self) -> None:
         with self._lock:

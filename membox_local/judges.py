@@ -4,7 +4,7 @@ A judge's `decide` is a generator step: it may yield requests (embeddings, a lab
 returns a `Decision`. New judges subclass `Judge` and register in JUDGES. Every judge sees the open box, the new
 message and, if it asks for them (`Judge.history`), the conversation's messages just before it: online, never a
 later message. Thresholds and weights come from LoomConfig and are fitted on TIAGE train/dev by
-`benchmarks/segmentation.py fit` and `fit-lm`, and the CPU default's by `benchmarks/segmentation_content.py`
+`membox fit embedding` and `membox fit hybrid`, and the CPU default's by `membox fit content`
 (see BENCHMARKS.md, "Topic segmentation").
 """
 from __future__ import annotations
@@ -153,7 +153,7 @@ def load_content_vector(name: str) -> np.ndarray:
     looked up in configs/ first, then in the working directory."""
     if not name:
         raise ConfigError("the hybrid feature 'content' needs [loom] content_vector (a JSON file fitted by "
-                          "`python benchmarks/segmentation_content.py`, e.g. content/tiage-all-minilm-l6-v2.json)")
+                          "`membox fit content --write`, e.g. content/tiage-all-minilm-l6-v2.json)")
     path, data = read_content_file(name)
     try:
         vec = np.asarray(data["vector"], dtype=np.float32)
@@ -186,7 +186,7 @@ class HybridJudge(Judge):
         super().__init__(cfg)
         if not cfg.weights:
             raise ConfigError("the hybrid judge needs [loom] weights (feature -> weight); fit them with "
-                              "`python benchmarks/segmentation.py fit` or use configs/cpu.toml")
+                              "`membox fit hybrid` or use configs/cpu.toml")
         unknown = sorted(set(cfg.weights) - set(FEATURES))
         if unknown:
             raise ConfigError(f"[loom] weights: unknown hybrid feature(s) {unknown}; known: {list(FEATURES)}")
@@ -213,7 +213,7 @@ class HybridJudge(Judge):
             if len(self.content) != vecs.shape[1]:
                 raise ConfigError(f"[loom] content_vector {self.cfg.content_vector!r} has {len(self.content)} "
                                   f"dimensions, the embedder gives {vecs.shape[1]}: fit one for this embedder "
-                                  "(benchmarks/segmentation_content.py) or drop the 'content' weight")
+                                  "(`membox fit content`) or drop the 'content' weight")
             feats["content"] = float(self.content @ vecs[-1])
         if self.uses_conversation:
             feats.update(conversation_features(list(earlier)[-self.cfg.history:], new, box[-1]))

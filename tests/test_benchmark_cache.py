@@ -1,17 +1,12 @@
-"""The segmentation benchmarks' score cache and batch order (benchmarks/seg_cache.py), through the fakes."""
+"""The fits' score cache and batch order (membox_local/fit/cache.py), and the content fit's model
+(membox_local/fit/content.py), through the fakes."""
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 from membox_local.config import load_config
+from membox_local.fit.cache import ScoreCache, judge_order, precompute_scores, score_order, step_requests
 from membox_local.judges import likelihood_features
 from membox_local.records import Message
-
 from membox_local.testing import FakeBackend
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
-from seg_cache import ScoreCache, judge_order, precompute_scores, score_order, step_requests  # noqa: E402
 
 LINES = ["I planted tomatoes today", "Which ones?", "Cherry tomatoes", "They love sun", "My car broke down",
          "Did it need a tow?", "Yes, a tow truck came"]
@@ -60,13 +55,13 @@ def test_score_cache_keeps_no_text_and_answers_a_rerun_without_the_model(tmp_pat
 
 
 def test_the_content_fit_gives_constant_embedding_dimensions_no_weight_and_keeps_the_logit():
-    """benchmarks/segmentation_content.py: the fitted model in the features' own units reproduces the standardised
+    """`membox fit content`: the fitted model in the features' own units reproduces the standardised
     model's logit, and a dimension that never varies (MiniLM has a few) gets weight 0, not 1e9."""
     import numpy as np
     from sklearn.linear_model import LogisticRegression
 
-    from membox_local.judges import FEATURES
-    from segmentation_content import CUES, content_logit, fit_content
+    from membox_local.config import FEATURES
+    from membox_local.fit.content import CUES, content_logit, fit_content
 
     rng = np.random.default_rng(0)
     n = 400

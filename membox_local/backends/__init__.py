@@ -1,11 +1,10 @@
 """Language-model backends behind one interface (see base.py). Heavy imports happen on construction."""
 from __future__ import annotations
 
+from ..config import LLM_BACKENDS as BACKENDS  # the names a config accepts
 from ..config import LLMConfig
 from .base import (Backend, BackendError, JsonRequest, JsonResult, LabelRequest, LabelResult, Prompt, ScoreRequest,
                    ScoreResult, StructuredOutputError, TextRequest, TextResult, Usage)
-
-BACKENDS = ("llamacpp", "openai", "vllm", "transformers")
 
 
 def make_backend(cfg: LLMConfig) -> Backend:

@@ -1,7 +1,8 @@
-"""Why a judge chosen on TIAGE does not transfer to DialSeg711, and the hard-switch judge that does.
+"""`membox fit switch`: why a judge chosen on TIAGE does not transfer to DialSeg711, and the hard-switch judge that
+does (configs/cpu-switch.toml).
 
 Measured on TIAGE dev (annotated shifts), TIAGE dev joined in pairs with only the joins as boundaries, and
-DialSeg711's first dialogues (LLM scores from benchmarks/cache/, computed if missing):
+DialSeg711's first dialogues (LLM scores from the cache folder, computed if missing):
 
 1. `bias`: the default judge (configs/cpu.toml) with its bias moved. If DialSeg711's over-segmentation were a
    matter of level (the same ranking, a threshold in the wrong place), some offset would fix it there.
@@ -17,61 +18,36 @@ DialSeg711's first dialogues (LLM scores from benchmarks/cache/, computed if mis
 
 Thresholds read off the DialSeg711 column are oracle choices (test data), reported as analysis only.
 
-    python benchmarks/segmentation_transfer.py [--dialseg-limit 125] [--train-limit 100]
-Writes runs/segmentation/transfer.json (saved copy: benchmarks/results/segmentation-transfer.json).
+    membox fit switch [--dialseg-limit 125] [--train-limit 100]
+Writes runs/segmentation/transfer.json (with --save also benchmarks/results/segmentation-transfer.json).
 """
 from __future__ import annotations
 
-import argparse
-import json
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from seg_cache import LookupEmbedder, ScoreCache  # noqa: E402
-from segmentation import (RUNS, joined, load_config, load_dialogues, locomo_sizes, no_boundaries,  # noqa: E402
-                          objective, run, with_loom)
-
-
-def joins_only(dialogues, k: int = 2):
-    """TIAGE dialogues played `k` at a time (as `segmentation.joined`), with only the joins as boundaries."""
-    from membox_local.evaluation.segmentation import Dialogue
-
-    lengths = {d.id: len(d.messages) for d in dialogues}
-    return [Dialogue(d.id, d.messages, [int(n) for n in np.cumsum([lengths[i] for i in d.id.split("+")])[:-1]])
-            for d in joined(dialogues, k)]
+from ..config import load_config
+from .cache import LookupEmbedder, ScoreCache, score_cache_path
+from .data import data_dir, dialogues, joins_only, locomo_conversations
+from .measure import locomo_sizes, no_boundaries, objective, run, with_loom
+from .report import RUNS, command_line, write_result
 
 
-def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--data-dir", default=str(Path(__file__).resolve().parent.parent.parent / "shared" / "data"))
-    p.add_argument("--config", default="cpu")
-    p.add_argument("--dialseg-limit", type=int, default=125, help="first N DialSeg711 dialogues")
-    p.add_argument("--train-limit", type=int, default=100, help="first N TIAGE-train dialogues (switch fit)")
-    p.add_argument("--locomo-limit", type=int, default=200, help="first N messages of each LoCoMo conversation")
-    args = p.parse_args()
-    from membox_local.ingest import load_locomo
-
-    seg = Path(args.data_dir) / "segmentation"
-    train = joins_only(load_dialogues(seg / "tiage_train.json", args.train_limit))
-    locomo: dict[str, list] = {}
-    for m in load_locomo(Path(args.data_dir) / "locomo-dev.json"):
-        locomo.setdefault(m.conversation_id, []).append(m)
-    locomo = {c: v[:args.locomo_limit] for c, v in locomo.items()}
-    sets = {"tiage_dev": load_dialogues(seg / "tiage_dev.json")}
+def main(args) -> int:
+    data = data_dir(args.data_dir)
+    train = joins_only(dialogues(data, "tiage_train", args.train_limit))
+    locomo = {c: v[:args.locomo_limit] for c, v in locomo_conversations(data).items()}
+    sets = {"tiage_dev": dialogues(data, "tiage_dev")}
     sets["tiage_dev_joins_only"] = joins_only(sets["tiage_dev"])
-    sets["dialseg711"] = load_dialogues(seg / "dialseg711_test.json", args.dialseg_limit)
+    sets["dialseg711"] = dialogues(data, "dialseg711_test", args.dialseg_limit)
     cfg = load_config(args.config)
     texts = [m.text for ds in [*sets.values(), train] for d in ds for m in d.messages]
     emb = LookupEmbedder(cfg, texts + [m.text for v in locomo.values() for m in v], RUNS / "vectors.npz")
-    scorer = ScoreCache(cfg)
-    out = {"date": time.strftime("%Y-%m-%d"), "command": "python benchmarks/segmentation_transfer.py " +
-           " ".join(sys.argv[1:]), "config": args.config, "llm": cfg.llm.model,
-           "dialogues": {k: len(v) for k, v in sets.items()},
+    scorer = ScoreCache(cfg, score_cache_path(cfg, args.cache_dir))
+    out = {"date": time.strftime("%Y-%m-%d"), "command": command_line(args), "config": args.config,
+           "llm": cfg.llm.model, "dialogues": {k: len(v) for k, v in sets.items()},
            "no_boundaries": {k: no_boundaries(v) for k, v in sets.items()}, "bias": [], "pmi": [], "switch": []}
 
     def measure(c) -> dict:
@@ -103,10 +79,5 @@ def main() -> int:
                             "locomo_messages_per_box": locomo_sizes(switch(best["threshold"]), locomo, emb, scorer)}
     print(f"chosen on TIAGE train joins: lm_pmi_ratio < {best['threshold']} opens a box; "
           f"LoCoMo {out['switch_chosen']['locomo_messages_per_box']['mean']} messages per box", file=sys.stderr)
-    RUNS.mkdir(parents=True, exist_ok=True)
-    (RUNS / "transfer.json").write_text(json.dumps(out, indent=2) + "\n")
+    write_result("transfer", out, args.save)
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

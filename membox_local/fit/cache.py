@@ -1,7 +1,10 @@
-"""The segmentation benchmarks' caches and batch scoring: MiniLM vectors computed once per text
-(runs/segmentation/vectors.npz), LLM scores kept in a committed, text-free file
-(benchmarks/cache/lm-scores-<backend>-<model>.tsv) so that a rerun does not spend hours re-scoring, and the
-order in which a batch asks the judge's score requests so that the llama.cpp scorer reuses each prefix.
+"""The fits' caches and batch scoring: embedding vectors computed once per text (runs/segmentation/vectors.npz),
+LLM scores kept in a committed, text-free file (benchmarks/cache/lm-scores-<backend>-<model>.tsv) so that a
+rerun does not spend hours re-scoring, and the order in which a batch asks the judge's score requests so that
+the llama.cpp scorer reuses each prefix.
+
+What a cache misses is computed by the config's own models, made by `MODELS` at the first miss; tests put the
+doubles of membox_local.testing there.
 """
 from __future__ import annotations
 
@@ -12,20 +15,45 @@ from pathlib import Path
 
 import numpy as np
 
-REPO = Path(__file__).resolve().parent.parent
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
+from ..backends.base import Backend, Embedder, ScoreRequest, ScoreResult, Usage
+from ..config import Config
+from ..judges import likelihood_features
 
-from membox_local.backends.base import Backend, ScoreRequest, ScoreResult, Usage  # noqa: E402
-from membox_local.config import Config  # noqa: E402
-from membox_local.embed import Embedder, make_embedder  # noqa: E402
-from membox_local.judges import likelihood_features  # noqa: E402
+DEFAULT_CACHE_DIR = Path("benchmarks") / "cache"  # relative to the working directory: a checkout's root
 
-SCORE_CACHE = REPO / "benchmarks" / "cache"
+
+def config_embedder(cfg: Config) -> Embedder:
+    from ..embed import make_embedder
+
+    return make_embedder(cfg.embedder)
+
+
+def config_backend(cfg: Config) -> Backend:
+    from ..backends import make_backend
+
+    return make_backend(cfg.llm)
+
+
+MODELS = {"embedder": config_embedder, "backend": config_backend}
+_MADE: dict[tuple, Backend] = {}
+
+
+def config_model(cfg: Config) -> Backend:
+    """The config's LLM for online runs that have no score cache (e.g. a MiniLM-only candidate of a config whose
+    switch rule reads the PMI), made by `MODELS` once per LLM setting and kept for the process."""
+    key = (MODELS["backend"], repr(cfg.llm))
+    if key not in _MADE:
+        _MADE[key] = MODELS["backend"](cfg)
+    return _MADE[key]
+
+
+def score_cache_path(cfg: Config, folder: str | Path = DEFAULT_CACHE_DIR) -> Path:
+    return Path(folder) / f"lm-scores-{cfg.llm.backend}-{cfg.llm.model}.tsv"
 
 
 class LookupEmbedder(Embedder):
-    """Vectors computed once for every text of the benchmark; unknown texts go to the real model."""
+    """Vectors computed once for every text of a fit and kept in `cache`; unknown texts go to the config's
+    embedder (`MODELS`)."""
 
     def __init__(self, cfg: Config, texts: list[str], cache: Path):
         self.cfg = cfg
@@ -50,7 +78,7 @@ class LookupEmbedder(Embedder):
     @property
     def model(self) -> Embedder:
         if self._model is None:
-            self._model = make_embedder(self.cfg.embedder)
+            self._model = MODELS["embedder"](self.cfg)
         return self._model
 
     def encode(self, texts):
@@ -66,16 +94,17 @@ def score_key(context: str, continuation: str) -> str:
 
 
 class ScoreCache(Backend):
-    """Score requests answered from benchmarks/cache/lm-scores-<backend>-<model>.tsv (committed, so a rerun does
-    not spend hours re-scoring); missing ones go to the config's model and are appended, so a long scoring run
-    resumes where it stopped. Rows are `key<TAB>logprob<TAB>tokens`, the key a hash of the request's text
-    (`score_key`). Other request kinds are refused."""
+    """Score requests answered from `path` (default: benchmarks/cache/lm-scores-<backend>-<model>.tsv, committed,
+    so a rerun does not spend hours re-scoring); missing ones go to `backend` (default: the config's model, made
+    by `MODELS` at the first miss) and are appended, so a long scoring run resumes where it stopped. Rows are
+    `key<TAB>logprob<TAB>tokens`, the key a hash of the request's text (`score_key`). Other request kinds are
+    refused."""
 
     name = "score-cache"
 
     def __init__(self, cfg: Config, path: Path | None = None, backend: Backend | None = None):
         self.cfg, self.model = cfg, cfg.llm.model
-        self.path = path or SCORE_CACHE / f"lm-scores-{cfg.llm.backend}-{self.model}.tsv"
+        self.path = Path(path) if path else score_cache_path(cfg)
         self.table: dict[str, tuple[float, int]] = {}
         self._backend = backend  # default: the config's model, loaded at the first missing score
         self.computed = 0
@@ -99,17 +128,16 @@ class ScoreCache(Backend):
             key = score_key(req.context, req.continuation)
             if key not in self.table:
                 if self._backend is None:
-                    from membox_local.backends import make_backend
-
-                    self._backend = make_backend(self.cfg.llm)
+                    self._backend = MODELS["backend"](self.cfg)
                 res = self._backend.score([req])[0]
                 self.table[key] = (res.logprob, res.tokens)
                 new_file = not self.path.exists()
                 self.path.parent.mkdir(parents=True, exist_ok=True)
                 with self.path.open("a", encoding="utf-8") as fh:
                     if new_file:
-                        fh.write(f"# LLM scores of {self.model} ({self.cfg.llm.backend}): sha256(context NUL continuation)[:24], "
-                                 "log-likelihood of the continuation, its tokens. Written by benchmarks/seg_cache.py\n")
+                        fh.write(f"# LLM scores of {self.model} ({self.cfg.llm.backend}): sha256(context NUL "
+                                 "continuation)[:24], log-likelihood of the continuation, its tokens. Written by "
+                                 "membox fit (membox_local/fit/cache.py)\n")
                     fh.write(f"{key}\t{res.logprob!r}\t{res.tokens}\n")
                 self.computed += 1
                 if self.computed % 100 == 0:
@@ -126,7 +154,7 @@ class ScoreCache(Backend):
 
 def answer(step, backend: Backend | None, emb: Embedder | None = None):
     """Run a judge step to its value: score requests go to `backend`, embedding requests to `emb`."""
-    from membox_local.requests import EmbedRequest
+    from ..requests import EmbedRequest
 
     try:
         req = next(step)

@@ -1,20 +1,22 @@
-"""The CPU default's continuity judge: the hybrid with a `content` vector and the hard-switch rule, from TIAGE.
+"""`membox fit content`: the CPU default's continuity judge, the hybrid with a `content` vector and the hard-switch
+rule, from TIAGE.
 
-    python benchmarks/segmentation_content.py [--dialseg-limit N] [--locomo-limit 60] [--write] [--compare SPEC ...]
-    python benchmarks/segmentation_content.py --no-lm ...   # ablation: the content model alone, no LLM
+    membox fit content [--dialseg-limit N] [--locomo-limit 60] [--write] [--compare SPEC ...]
+    membox fit content --no-lm ...   # ablation: the content model alone, no LLM
 
 Protocol (TIAGE only: DialSeg711 and LoCoMo are measured, never used to fit or choose):
 1. Content model: a logistic regression over the MiniLM cues of FEATURE_SETS["conv"] (cosines, the box's age,
    question and length cues against the conversation's level) and the new message's own embedding (what a line
    that opens a topic looks like), on teacher-forced states of all 300 TIAGE-train dialogues; its
    regularisation C is chosen by ROC AUC on TIAGE dev's teacher-forced states.
-2. The LLM's part: a second logistic, on TIAGE-train dialogues 0-99, over the content model's logit and the
-   conversation-relative PMI (lm_pmi_conv, lm_pmi_conv_low). The content logit there comes from a content model
-   fitted on dialogues 100-299 (out of fold), so the PMI's weight is not starved by an in-sample fit.
+2. The LLM's part: a second logistic, on TIAGE-train dialogues 0-99 (--lm-fold), over the content model's logit
+   and the conversation-relative PMI (lm_pmi_conv, lm_pmi_conv_low). The content logit there comes from a
+   content model fitted on dialogues 100-299 (out of fold), so the PMI's weight is not starved by an in-sample
+   fit.
 3. Both fold into one linear hybrid (weights, bias, a unit `content` vector); the hard-switch rule (a box opens
-   when lm_pmi_ratio < 0.40, configs/cpu-switch.toml's threshold, fitted on TIAGE-train joins) is added, and a
-   bias offset is swept online. The objective: the mean of Pk/WD/F1's `objective` on TIAGE dev as it is and
-   joined in pairs.
+   when lm_pmi_ratio < 0.40, configs/cpu-switch.toml's threshold, fitted on TIAGE-train joins by
+   `membox fit switch`) is added, and a bias offset is swept online. The objective: the mean of Pk/WD/F1's
+   `objective` on TIAGE dev as it is and joined in pairs.
 4. Each offset gets its cap on a box's length (max_box_messages): the smallest of 24, 20, 16, 12, 10, 8 that
    leaves its objective unchanged to three decimals. TIAGE's dialogues are short and barely reach a cap;
    LoCoMo's conversations are long, and a box that runs on for 24 messages there has usually moved on.
@@ -23,35 +25,32 @@ Protocol (TIAGE only: DialSeg711 and LoCoMo are measured, never used to fit or c
    offset at 24), which ruled out the offset with the best objective for boxes the cap would have shortened.
 
 Every online figure goes through `membox_local.evaluation.segmentation.evaluate` (the Loom's own rule). LLM
-scores come from benchmarks/cache/ (computed if missing, ~0.7 s per message here). Writes
-runs/segmentation/content.json (saved copy: benchmarks/results/segmentation-content.json) and, with --write,
-configs/content/tiage-<embedder>.json; prints the [loom] lines for configs/cpu.toml.
+scores come from the cache folder (computed if missing, ~0.7 s per message on a 2-core CPU). Writes
+runs/segmentation/content.json (with --save or --write also benchmarks/results/segmentation-content.json) and,
+with --write, configs/content/tiage-<embedder>.json (package data); prints the [loom] lines for configs/cpu.toml.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from seg_cache import LookupEmbedder, ScoreCache, precompute_scores  # noqa: E402
-from segmentation import (FEATURE_SETS, REPO, RUNS, joined, load_config, load_dialogues, locomo_sizes,  # noqa: E402
-                          no_boundaries, objective, run, sessions_of, teacher_forced, with_loom)
-from segmentation_transfer import joins_only  # noqa: E402
-
-from membox_local.judges import FEATURES  # noqa: E402
+from ..config import CONFIG_DIR, FEATURES, load_config
+from ..ingest import InputError
+from .cache import LookupEmbedder, ScoreCache, precompute_scores, score_cache_path
+from .data import data_dir, dialogues, joined, joins_only, locomo_conversations, sessions_of
+from .logistic import FEATURE_SETS, teacher_forced
+from .measure import config_of, locomo_sizes, no_boundaries, objective, run, with_loom
+from .report import RUNS, command_line, write_result
 
 CUES = FEATURE_SETS["conv"]
-LM = ["lm_pmi_conv", "lm_pmi_conv_low"]
 C_GRID = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05)
-SWITCH_RATIO = 0.40  # configs/cpu-switch.toml, fitted on TIAGE-train joins by segmentation_transfer.py
+SWITCH_RATIO = 0.40  # configs/cpu-switch.toml, fitted on TIAGE-train joins by `membox fit switch`
 SWEEP_MAX_BOX = 24  # no cap in effect (the LoomConfig default): LoCoMo sizes without the cap are reported too
 CAPS = (24, 20, 16, 12, 10, 8)  # then the smallest of these that TIAGE does not notice
+CONTENT_DIR = CONFIG_DIR / "content"  # where --write puts the vector: the configs' `content_vector` files
 
 
 def fit_content(X, y, V, C: float):
@@ -72,58 +71,37 @@ def content_logit(model, X, V) -> np.ndarray:
     return b + X[:, [FEATURES.index(f) for f in CUES]] @ ws + V @ wn
 
 
-def main() -> int:
+def main(args) -> int:
     from sklearn.linear_model import LogisticRegression
     from sklearn.metrics import roc_auc_score
 
-    from membox_local.ingest import load_locomo
-
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--data-dir", default=str(REPO.parent / "shared" / "data"))
-    p.add_argument("--config", default="cpu", help="models, window and history come from it (default: cpu)")
-    p.add_argument("--dialseg-limit", type=int, default=0,
-                   help="first N DialSeg711 dialogues (reported only; default 0: all 711, every score is cached)")
-    p.add_argument("--locomo-limit", type=int, default=60,
-                   help="first N messages of each LoCoMo conversation (0: none, and no box-size condition)")
-    p.add_argument("--locomo-report", type=int, default=200,
-                   help="LoCoMo box sizes are also reported on the first N messages of each conversation")
-    p.add_argument("--lm", nargs="+", default=LM, choices=["lm_pmi_conv", "lm_pmi_conv_low", "lm_pmi_ratio", "lm_pmi",
-                                                         "lm_pmi_low", "lm_cond"],
-                   help=f"the LLM's features beside the content logit (default: {' '.join(LM)})")
-    p.add_argument("--compare", nargs="+", metavar="SPEC", default=None,
-                   help="configs measured on the same subsets, as segmentation_report.py names them "
-                        "(default: --config and cpu-switch)")
-    p.add_argument("--no-lm", action="store_true",
-                   help="ablation: no LLM at all, the content model alone and no switch rule")
-    p.add_argument("--write", action="store_true", help="write configs/content/tiage-<embedder>.json")
-    args = p.parse_args()
     lm_names = [] if args.no_lm else args.lm
     if args.no_lm and args.write:
-        p.error("--no-lm fits the same content vector as the default's run: use the committed one, without --write")
-    seg = Path(args.data_dir) / "segmentation"
-    train = load_dialogues(seg / "tiage_train.json")
-    dev = load_dialogues(seg / "tiage_dev.json")
-    dialseg = load_dialogues(seg / "dialseg711_test.json", args.dialseg_limit)
-    locomo: dict[str, list] = {}
-    for m in load_locomo(Path(args.data_dir) / "locomo-dev.json"):
-        locomo.setdefault(m.conversation_id, []).append(m)
+        raise InputError("--no-lm fits the same content vector as the default's run: use the committed one, "
+                         "without --write")
+    data = data_dir(args.data_dir)
+    train = dialogues(data, "tiage_train")
+    dev = dialogues(data, "tiage_dev")
+    dialseg = dialogues(data, "dialseg711_test", args.dialseg_limit)
+    locomo = locomo_conversations(data)
     report_locomo = {c: v[:args.locomo_report] for c, v in locomo.items()}
     locomo = {c: v[:args.locomo_limit] for c, v in locomo.items()} if args.locomo_limit else {}
     base = load_config(args.config)
-    lm_fold, content_fold = train[:100], train[100:]
+    lm_fold, content_fold = train[:args.lm_fold], train[args.lm_fold:]
     sets = {"tiage_dev": dev, "tiage_dev_joined": joined(dev, 2), "tiage_dev_joins_only": joins_only(dev),
             "dialseg711": dialseg}
     emb = LookupEmbedder(base, [m.text for ds in (train, dev, dialseg) for d in ds for m in d.messages] +
                          [m.text for v in report_locomo.values() for m in v], RUNS / "vectors.npz")
-    scorer = None if args.no_lm else ScoreCache(base)
+    scorer = None if args.no_lm else ScoreCache(base, score_cache_path(base, args.cache_dir))
     sessions = sessions_of(report_locomo)
-    for label, groups in (("TIAGE train 0-99", [d.messages for d in lm_fold]), ("TIAGE dev", [d.messages for d in dev]),
+    for label, groups in ((f"TIAGE train 0-{args.lm_fold - 1}", [d.messages for d in lm_fold]),
+                          ("TIAGE dev", [d.messages for d in dev]),
                           ("TIAGE dev joined", [d.messages for d in sets["tiage_dev_joined"]]),
                           ("DialSeg711", [d.messages for d in dialseg]), ("LoCoMo", sessions)):
         if scorer is not None:
             precompute_scores(groups, scorer, base.loom.window, label)
-    out: dict = {"date": time.strftime("%Y-%m-%d"), "command": "python benchmarks/segmentation_content.py " +
-                 " ".join(sys.argv[1:]), "config": base.name, "embedder": base.embedder.model, "llm": base.llm.model,
+    out: dict = {"date": time.strftime("%Y-%m-%d"), "command": command_line(args), "config": base.name,
+                 "embedder": base.embedder.model, "llm": base.llm.model,
                  "dialogues": {k: len(v) for k, v in sets.items()},
                  "no_boundaries": {k: no_boundaries(v) for k, v in sets.items()}}
 
@@ -160,7 +138,7 @@ def main() -> int:
               "teacher-forced states; C chosen on TIAGE dev", "C": C, "command": out["command"], "date": out["date"],
               "vector": [round(float(x), 6) for x in wn / norm]}
     RUNS.mkdir(parents=True, exist_ok=True)
-    vec_path = (REPO / "configs" / "content" if args.write else RUNS) / f"tiage-{base.embedder.model}.json"
+    vec_path = (CONTENT_DIR if args.write else RUNS) / f"tiage-{base.embedder.model}.json"
     vec_path.parent.mkdir(parents=True, exist_ok=True)
     vec_path.write_text(json.dumps(vector) + "\n")
 
@@ -210,7 +188,6 @@ def main() -> int:
                      "then the mean objective on TIAGE dev and TIAGE dev joined, LoCoMo 4-8 msg/box",
                      "loom": {"weights": chosen.loom.weights, "bias": chosen.loom.bias, "max_box_messages": cap,
                               "switch_ratio": chosen.loom.switch_ratio, "content_vector": vec_path.name}}
-    from segmentation_report import config_of
 
     # other configs, on the same subsets
     for spec in args.compare or (["cpu-minilm"] if args.no_lm else [args.config, "cpu-switch"]):
@@ -219,13 +196,9 @@ def main() -> int:
                                                    "locomo": sizes(c),
                                                    "locomo_report": locomo_sizes(c, report_locomo, emb, scorer)}
         show(spec, out["configs_now"][spec])
-    (RUNS / ("content-minilm.json" if args.no_lm else "content.json")).write_text(json.dumps(out, indent=1) + "\n")
+    write_result("content-minilm" if args.no_lm else "content", out, args.save or args.write, indent=1)
     inline = ", ".join(f"{k} = {v}" for k, v in chosen.loom.weights.items())
     print(f"chosen offset {best['offset']:+.2f}; [loom] for configs/cpu.toml:\nweights = {{ {inline} }}\n"
           f"bias = {chosen.loom.bias}\ncontent_vector = \"content/{vec_path.name}\"\n"
           f"switch_ratio = {chosen.loom.switch_ratio}\nmax_box_messages = {cap}")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
