@@ -127,6 +127,9 @@ class ExtractConfig:
     max_events: int = _opt(6, lo=1)
     max_event_chars: int = _opt(160, lo=16)
     min_grounding: float = _opt(0.5, lo=0.0, hi=1.0)  # share of an event's content words found in the box text
+    # ... and found in the lines of the speaker the event names (or lines naming them): events with the people
+    # swapped fall below min_grounding, are kept flagged (`membox show`) and left out of traces
+    speaker_grounding: bool = True
     max_tokens: int = _opt(400, lo=16)
 
 
@@ -144,11 +147,16 @@ class RetrieveConfig:
     k: int = _opt(10, lo=1)
     budget_tokens: int = _opt(1500, lo=1)
     event_k: int = _opt(2, lo=0)
+    # shown messages get relative time ("yesterday", "last week") resolved against their session's date
+    resolve_dates: bool = True
 
 
 @dataclass
 class AnswerConfig:
     max_tokens: int = _opt(48, lo=1)
+    # the answering model: keys of [llm] that differ for answering (`[answer.llm]`, e.g. model = "..."); empty:
+    # the build model answers. Not a build setting: another answering model never invalidates a built memory.
+    llm: dict[str, Any] = _opt(dict, factory=True)
 
 
 @dataclass
@@ -165,6 +173,10 @@ class Config:
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+    def answer_llm(self) -> LLMConfig:
+        """The answering model's settings: [llm] with [answer.llm]'s keys over it."""
+        return dataclasses.replace(self.llm, **self.answer.llm) if self.answer.llm else self.llm
 
 
 class ConfigError(ValueError):
@@ -235,6 +247,8 @@ def validate(cfg: Config, where: str = "config") -> None:
     if cfg.retrieve.mode not in modes:
         raise ConfigError(f"{where} [retrieve] mode: {cfg.retrieve.mode!r} is not a mode of these memory systems; "
                           f"choose one of {', '.join(sorted(modes))}")
+    if cfg.answer.llm:
+        _build(LLMConfig, {**dataclasses.asdict(cfg.llm), **cfg.answer.llm}, f"{where} [answer.llm]")
     lc = cfg.loom
     for feature, weight in lc.weights.items():
         if feature not in FEATURES:
@@ -303,6 +317,17 @@ def _check_content_embedder(cfg: Config, where: str) -> None:
                           "or set the 'content' weight to 0")
 
 
+def parse_assignment(text: str) -> tuple[str, Any]:
+    """`key=value` from a command line: the value read as TOML (true, 5, 0.5, "x"), else as a bare string."""
+    key, eq, value = text.partition("=")
+    if not eq or not key.strip():
+        raise ConfigError(f"--set {text!r}: expected KEY=VALUE, e.g. retrieve.resolve_dates=false")
+    try:
+        return key.strip(), tomllib.loads(f"v = {value}")["v"]
+    except tomllib.TOMLDecodeError:
+        return key.strip(), value
+
+
 def _read_toml(path: Path) -> dict[str, Any]:
     try:
         with open(path, "rb") as fh:
@@ -342,11 +367,17 @@ def read_config_data(path: Path, seen: tuple[Path, ...] = ()) -> dict[str, Any]:
 
 
 def load_config(name_or_path: str | Path = "cpu", overrides: dict[str, Any] | None = None) -> Config:
-    """Load a config by name (the package's configs/<name>.toml) or path; `overrides` is {"section.key": value}."""
+    """Load a config by name (the package's configs/<name>.toml) or path; `overrides` is {"section.key": value}
+    (nested tables with more dots: "answer.llm.model")."""
     path = resolve_config_path(name_or_path)
     data = read_config_data(path)
     data.setdefault("name", path.stem)
     for dotted, value in (overrides or {}).items():
-        section, _, key = dotted.partition(".")
-        data.setdefault(section, {})[key] = value
+        *tables, key = dotted.split(".")
+        node = data
+        for t in tables:
+            node = node.setdefault(t, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"override {dotted}: {t} is not a table")
+        node[key] = value
     return config_from_dict(data, where=str(path))

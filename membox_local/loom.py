@@ -40,6 +40,36 @@ def grounding(event: str, source: str) -> float:
     return sum(w[:5] in have for w in words) / len(words)
 
 
+def _name_pattern(name: str) -> re.Pattern:
+    first = name.split()[0] if name.split() else name
+    return re.compile(rf"\b{re.escape(first)}\b", re.IGNORECASE)
+
+
+def speaker_grounding(event: str, messages: Sequence[Message]) -> float:
+    """Grounding in the lines of the person the event is about: the first speaker of `messages` the event
+    names is its subject, and its content words (speaker names left out) must be found in that speaker's own
+    lines or in lines that name them. "Ben bought a red bicycle" scores low when only Ana's lines say so.
+    An event that names no speaker gets the plain lexical grounding against every line."""
+    speakers = list(dict.fromkeys(m.speaker for m in messages if m.speaker.strip()))
+    named = [(match.start(), sp) for sp in speakers if (match := _name_pattern(sp).search(event))]
+    if not named:
+        return grounding(event, "\n".join(m.render() for m in messages))
+    subject = min(named)[1]
+    rest = event
+    for sp in speakers:
+        rest = _name_pattern(sp).sub(" ", rest)
+    about = _name_pattern(subject)
+    support = "\n".join(m.text for m in messages if m.speaker == subject or about.search(m.text))
+    return grounding(rest, support) if content_words(rest) else 1.0
+
+
+def event_grounding(event: str, box: Box, by_speaker: bool) -> float:
+    """What an event's `grounding` holds: its lexical grounding in the box text, and with `by_speaker` no more
+    than its grounding in the lines of the person it names (`speaker_grounding`)."""
+    lexical = grounding(event, box.text())
+    return min(lexical, speaker_grounding(event, box.messages)) if by_speaker else lexical
+
+
 def decide(lc: LoomConfig, judge: Judge, open_box: Sequence[Message], m: Message,
            earlier: Sequence[Message] = ()) -> Step:
     """The online continuity rule: does `m` continue the open box (its messages so far)? `earlier`: the
@@ -124,10 +154,9 @@ class Loom:
             box.status = "failed"
             return box
         data = res.data
-        source = box.text()
-        events = []
-        for text in _dedupe(data.get("events", [])):
-            events.append(Event(0, box.id, box.conversation_id, text, box.session_date, grounding(text, source)))
+        events = [Event(0, box.id, box.conversation_id, text, box.session_date,
+                        event_grounding(text, box, ec.speaker_grounding))
+                  for text in _dedupe(data.get("events", []))]
         box.topic = data.get("topic", "").strip()
         box.keywords = _dedupe(data.get("keywords", []))
         box.events = self.store.save_extraction(box.id, box.topic, box.keywords, events)

@@ -37,7 +37,8 @@ class Memory:
     """A memory folder: the shared store plus the memory systems (components) the config names."""
 
     def __init__(self, path: str | Path, config: Config | str | Path = "cpu",
-                 backend: Backend | Callable[[], Backend] | None = None, embedder: Embedder | None = None):
+                 backend: Backend | Callable[[], Backend] | None = None, embedder: Embedder | None = None,
+                 answer_backend: Backend | Callable[[], Backend] | None = None):
         self.path = Path(path)
         self.path.mkdir(parents=True, exist_ok=True)
         self.config = config if isinstance(config, Config) else load_config(config)
@@ -48,6 +49,7 @@ class Memory:
         self._check_embedder_setting()
         self._embedder = embedder
         self._backend = backend
+        self._answer_backend = answer_backend
         self._indexes: dict[str, VectorIndex] = {}
         self.components: list[Component] = [component_class(n)(self) for n in self.config.memory.systems]
 
@@ -76,6 +78,20 @@ class Memory:
         elif not isinstance(self._backend, Backend):
             self._backend = self._backend()
         return self._backend
+
+    @property
+    def answer_backend(self) -> Backend:
+        """The answering model ([answer.llm] over [llm]); the build backend when they are the same."""
+        if self._answer_backend is None:
+            llm = self.config.answer_llm()
+            if llm == self.config.llm:
+                return self.backend
+            from .backends import make_backend
+
+            self._answer_backend = make_backend(llm)
+        elif not isinstance(self._answer_backend, Backend):
+            self._answer_backend = self._answer_backend()
+        return self._answer_backend
 
     def driver(self) -> Driver:
         return Driver(self.store, self.embedder, lambda: self.backend)
@@ -197,10 +213,12 @@ class Memory:
     def answer(self, question: str, conversation_id: str | None = None, **kw) -> Answer:
         return self.answer_from(question, self.context(question, conversation_id, **kw), conversation_id)
 
-    def answer_from(self, question: str, ctx: Context, conversation_id: str | None = None) -> Answer:
-        """Answer from a context already retrieved (evaluations reuse one retriever across questions)."""
-        res = self.backend.text([TextRequest(answer_prompt(ctx.text, question), "answer",
-                                             self.config.answer.max_tokens)])[0]
+    def answer_from(self, question: str, ctx: Context, conversation_id: str | None = None,
+                    backend: Backend | None = None) -> Answer:
+        """Answer from a context already retrieved (evaluations reuse one retriever across questions, and may
+        pass another answering backend)."""
+        res = (backend or self.answer_backend).text([TextRequest(answer_prompt(ctx.text, question), "answer",
+                                                                 self.config.answer.max_tokens)])[0]
         if isinstance(res, BaseException):
             raise res
         self.store.record_usage(conversation_id or "", "answer", res.usage.prompt_tokens,
@@ -220,6 +238,8 @@ class Memory:
             idx.save()
         for comp in self.components:
             comp.close()
+        if isinstance(self._answer_backend, Backend) and self._answer_backend is not self._backend:
+            self._answer_backend.close()
         if isinstance(self._backend, Backend):
             self._backend.close()
         self.store.close()

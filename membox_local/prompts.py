@@ -173,8 +173,9 @@ def trace_init_prompt(events: Sequence[str], date: str) -> Prompt:
 # ---- Answering ----------------------------------------------------------------------------------
 ANSWER_SYSTEM = (
     "You answer questions about past conversations using only the memory excerpts given. "
-    "Each excerpt starts with the date it happened. Answer in a few words, not a sentence. "
-    "When the question asks when, give the date worked out from the excerpt's date "
+    "Each excerpt starts with the date it happened; a relative time in a message is followed by its date in "
+    "brackets, e.g. 'yesterday (8 June 2023)'. Answer in a few words, not a sentence. "
+    "When the question asks when, give that date, or work it out from the excerpt's date "
     "(for example 'last week' in an excerpt dated 9 June 2023 means the week before 9 June 2023). "
     "If the excerpts do not contain the answer, say: not mentioned."
 )

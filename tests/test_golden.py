@@ -35,6 +35,8 @@ def test_the_box_memory_builds_what_it_built_before_the_seam(tmp_path, variant):
         cfg.loom.judge, cfg.loom.threshold = "embedding", 0.15
         cfg.retrieve.mode = "compact"
     cfg.weaver.vote_threshold = 0.2
+    cfg.retrieve.resolve_dates = False  # contexts rendered as before relative dates were resolved
+    cfg.extract.speaker_grounding = False  # events' grounding as computed before the speaker check
     convs = conversations()
     backend = weaving_backend() if backend_kind == "weaving" else FakeBackend()
     with Memory(tmp_path, cfg, backend=backend, embedder=FakeEmbedder()) as mem:

@@ -276,3 +276,34 @@ def test_saved_results_pool_like_one_run_and_hold_no_dataset_text(tmp_path, data
     save_results([tmp_path / "tiny", tmp_path / "qa77"], mixed, "2026-11-30")
     with pytest.raises(InputError, match="different k and budgets"):
         pooled_summary(mixed, data)
+
+
+def test_answering_models_side_by_side_answer_the_same_contexts(tmp_path, data):
+    small, large = FakeBackend(), FakeBackend()
+    s = _settings(tmp_path, data, modes=["turn-rag", "chunk-rag"], build=False, stride=2,
+                  answer_models=["small", "large"])
+    summary = run(s, embedder=FakeEmbedder(), progress=False, answer_backends={"small": small, "large": large})
+    recs = _lines(tmp_path)
+    assert {r["qid"] for r in recs} == {0, 2}  # every second question of categories 1-4
+    assert len(recs) == 2 * 2 * 2 and {r["answerer"] for r in recs} == {"small", "large"}
+    by = {(r["mode"], r["qid"], r["answerer"]): r for r in recs}
+    for (mode, qid, _), r in by.items():  # one retrieval, the same context for both models
+        assert r["message_ids"] == by[(mode, qid, "small")]["message_ids"]
+    assert len([c for c in small.calls if c[0] == "answer"]) == len([c for c in large.calls if c[0] == "answer"]) == 4
+    assert set(summary["modes"]) == {"turn-rag · small", "turn-rag · large", "chunk-rag · small", "chunk-rag · large"}
+    assert "| turn-rag · large |" in markdown(summary)
+    # a rerun with one more model answers only what is missing, on the same records
+    extra = FakeBackend()
+    run(_settings(tmp_path, data, modes=["turn-rag", "chunk-rag"], build=False, stride=2,
+                  answer_models=["small", "large", "extra"]), embedder=FakeEmbedder(), progress=False,
+        answer_backends={"small": small, "large": large, "extra": extra})
+    assert len([c for c in extra.calls if c[0] == "answer"]) == 4 and len(small.calls) == 4
+
+
+def test_run_overrides_keep_the_build_and_change_what_is_shown(tmp_path, data):
+    base = dict(modes=["turn-rag"], build=False, categories=[4])
+    run(_settings(tmp_path, data, **base, out=str(tmp_path / "on")), backend=FakeBackend(),
+        embedder=FakeEmbedder(), progress=False)
+    run(_settings(tmp_path, data, **base, out=str(tmp_path / "off"), overrides={"retrieve.resolve_dates": False}),
+        backend=FakeBackend(), embedder=FakeEmbedder(), progress=False)
+    assert (tmp_path / "builds" / "cpu" / "tiny").is_dir() and len(list((tmp_path / "builds").iterdir())) == 1

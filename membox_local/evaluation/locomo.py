@@ -17,6 +17,7 @@ context tokens (count_tokens) with as many units as fit, so modes are compared a
 from __future__ import annotations
 
 import gzip
+import dataclasses
 import os
 import json
 import re
@@ -26,7 +27,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..config import Config, load_config
+from ..config import Config, load_config, parse_assignment
 from ..ingest import InputError, read_json
 from ..records import Message
 from .scorers import SCORERS, metric_names, score_all
@@ -53,17 +54,24 @@ class Settings:
     qa_k: int = 0  # 0: the config's retrieve.k
     qa_budget: int = 0  # 0: the config's retrieve.budget_tokens
     limit: int = 0  # questions per conversation (0: all), for smoke runs
+    stride: int = 1  # every stride-th question of categories 1-4 (a sample spread over the whole conversation)
     sessions: int = 0  # >0: only each conversation's first N sessions, and the questions whose evidence is there
     out: str = ""
     builds: str = "runs/builds"
     build: bool = True  # False: store the messages only (no language model); baseline modes only
     boxes_only: bool = False  # with build=False: also file them into boxes (the Loom's judge, no extraction)
     threads: int = 0  # llama.cpp threads (0: the config's); an execution setting, not part of the build key
+    # answering models side by side on the same contexts (names or paths, each over the config's answering
+    # settings); empty: the config's answering model
+    answer_models: list[str] = field(default_factory=list)
+    overrides: dict[str, Any] = field(default_factory=dict)  # config keys set for this run ("retrieve.k": 5)
 
     def fixed(self) -> dict[str, Any]:
         """The settings a resumed run must share with the records already written."""
         fixed = {"config": self.config, "k": self.k, "budgets": self.budgets, "qa_k": self.qa_k,
                  "qa_budget": self.qa_budget}
+        if self.overrides:
+            fixed["overrides"] = self.overrides
         if self.sessions:
             fixed["sessions"] = self.sessions
         return fixed
@@ -123,8 +131,9 @@ def evidence_recall(evidence: list[str], shown: list[str]) -> float | None:
 class Shared:
     """One embedder and one (lazily loaded) backend for every conversation's Memory."""
 
-    def __init__(self, cfg: Config, backend=None, embedder=None):
+    def __init__(self, cfg: Config, backend=None, embedder=None, answer_backends: dict | None = None):
         self.cfg, self._backend, self._embedder = cfg, backend, embedder
+        self._answerers = dict(answer_backends or {})
 
     @property
     def embedder(self):
@@ -140,6 +149,24 @@ class Shared:
 
             self._backend = make_backend(self.cfg.llm)
         return self._backend
+
+    def answerer(self, model: str):
+        """The backend that answers with `model` over the config's answering settings (the build backend when
+        that is the same model)."""
+        if model not in self._answerers:
+            llm = dataclasses.replace(self.cfg.answer_llm(), model=model)
+            if llm == self.cfg.llm:
+                self._answerers[model] = self.backend()
+            else:
+                from ..backends import make_backend
+
+                self._answerers[model] = make_backend(llm)
+        return self._answerers[model]
+
+    def close_answerers(self) -> None:
+        for b in self._answerers.values():
+            if b is not self._backend:
+                b.close()
 
 
 def build_dir(builds: str | Path, cfg: Config, conversation_id: str, sessions: int = 0) -> Path:
@@ -247,8 +274,12 @@ def _box_memory_text(box) -> str:
 
 
 # ---- the run --------------------------------------------------------------------------------------
+def _key(r: dict) -> tuple:
+    return r["conversation"], r["mode"], r["qid"], r.get("answerer", "")
+
+
 def _read_records(path: Path) -> dict[tuple, dict]:
-    """Records of a questions.jsonl (or a saved .jsonl.gz) by (conversation, mode, question id)."""
+    """Records of a questions.jsonl (or a saved .jsonl.gz) by (conversation, mode, question id, answerer)."""
     records: dict[tuple, dict] = {}
     if path.exists():
         raw = path.read_bytes()
@@ -261,7 +292,7 @@ def _read_records(path: Path) -> dict[tuple, dict]:
             except json.JSONDecodeError:
                 raise InputError(f"{path} line {n}: not valid JSON (an interrupted write?); delete that line "
                                  f"and rerun to resume") from None
-            records[(r["conversation"], r["mode"], r["qid"])] = r  # a later record replaces an earlier one
+            records[_key(r)] = r  # a later record replaces an earlier one
     return records
 
 
@@ -296,6 +327,7 @@ def resolve(settings: Settings, cfg: Config) -> Settings:
     s.k = s.k or [cfg.retrieve.k]
     s.qa_k = s.qa_k or cfg.retrieve.k
     s.qa_budget = s.qa_budget or cfg.retrieve.budget_tokens
+    s.answer_models = s.answer_models or [cfg.answer_llm().model]
     bad = [c for c in s.categories if c not in CATEGORY_NAMES]
     if bad:
         raise InputError(f"unknown categories {bad}; LoCoMo has 1-5")
@@ -307,12 +339,17 @@ def resolve(settings: Settings, cfg: Config) -> Settings:
     return s
 
 
-def run(settings: Settings, backend=None, embedder=None, progress: bool = True) -> dict[str, Any]:
-    """Evaluate; returns the summary (also written to the run folder). Fakes may be passed for tests."""
+def run(settings: Settings, backend=None, embedder=None, progress: bool = True,
+        answer_backends: dict | None = None) -> dict[str, Any]:
+    """Evaluate; returns the summary (also written to the run folder). Doubles may be passed for tests
+    (`answer_backends`: answering model name -> backend)."""
     from ..ingest import load_locomo
     from ..retrieval import make_retriever
 
-    cfg = load_config(settings.config, {"llm.n_threads": settings.threads} if settings.threads else None)
+    overrides = dict(settings.overrides)
+    if settings.threads:  # the answering model takes them too, unless [answer.llm] sets its own
+        overrides["llm.n_threads"] = settings.threads
+    cfg = load_config(settings.config, overrides or None)
     s = resolve(settings, cfg)
     out = Path(s.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -321,7 +358,7 @@ def run(settings: Settings, backend=None, embedder=None, progress: bool = True) 
     s.conversations = [x["sample_id"] for x in samples]
     jsonl = out / "questions.jsonl"
     records = _read_records(jsonl)
-    shared = Shared(cfg, backend, embedder)
+    shared = Shared(cfg, backend, embedder, answer_backends)
     builds: dict[str, dict] = {}
     evidence_issues = {"split": 0, "malformed": 0, "unknown": 0, "questions_without_evidence": 0}
     opened = []  # closed together at the end: they share one backend, which closing a Memory closes
@@ -339,20 +376,25 @@ def run(settings: Settings, backend=None, embedder=None, progress: bool = True) 
                 mem.embedder.encode([q["question"] for q in questions])  # one batch; every mode hits the cache
                 for mode in s.modes:
                     retriever = make_retriever(mode, mem)
-                    todo = [q for q in questions if not _done(records.get((conv, mode, q["qid"])), s.qa)]
+                    names = s.answer_models if s.qa else [""]
+                    missing = {q["qid"]: [a for a in names if not _done(records.get((conv, mode, q["qid"], a)), s.qa)]
+                               for q in questions}
+                    todo = [q for q in questions if missing[q["qid"]]]
                     bar = _bar(len(todo), f"{conv} {mode}", progress)
                     for q in todo:
-                        rec = _evaluate(q, conv, mode, retriever, mem, s)
-                        fh.write(json.dumps(rec, ensure_ascii=False) + "\n")
-                        fh.flush()
-                        records[(conv, mode, q["qid"])] = rec
+                        for rec in _evaluate(q, conv, mode, retriever, mem, s, shared, missing[q["qid"]]):
+                            fh.write(json.dumps(rec, ensure_ascii=False) + "\n")
+                            fh.flush()
+                            records[_key(rec)] = rec
                         bar.update(1)
                     bar.close()
     finally:
         for mem in opened:
             mem.close()
-    chosen = [r for key, r in records.items()
-              if key[0] in s.conversations and key[1] in s.modes and r["category"] in s.categories]
+        shared.close_answerers()
+    wanted = set(s.answer_models if s.qa else [""])
+    chosen = [r for key, r in records.items() if key[0] in s.conversations and key[1] in s.modes
+              and r["category"] in s.categories and (key[3] in wanted or not s.qa and not key[3])]
     summary = summarise(chosen, s, cfg, builds, evidence_issues)
     (out / "summary.json").write_text(json.dumps(summary, indent=2, ensure_ascii=False))
     (out / "summary.md").write_text(markdown(summary))
@@ -361,9 +403,11 @@ def run(settings: Settings, backend=None, embedder=None, progress: bool = True) 
 
 def _questions(sample: dict, s: Settings, known: set[str], issues: dict[str, int]) -> list[dict]:
     out = []
+    seen = 0  # questions of categories 1-4 so far: a stride picks the same questions whatever the categories
     for qid, q in enumerate(sample["qa"]):
         cat = q.get("category")
-        if cat not in s.categories:
+        seen += cat in DEFAULT_CATEGORIES
+        if cat not in s.categories or (s.stride > 1 and (cat not in DEFAULT_CATEGORIES or (seen - 1) % s.stride)):
             continue
         if not isinstance(q.get("question"), str) or not q["question"].strip():
             raise InputError(f"{s.data} ({sample['sample_id']}) qa {qid}: no question text")
@@ -387,7 +431,9 @@ def _done(rec: dict | None, qa: bool) -> bool:
     return rec is not None and (not qa or rec.get("prediction") is not None)
 
 
-def _evaluate(q: dict, conv: str, mode: str, retriever, mem, s: Settings) -> dict:
+def _evaluate(q: dict, conv: str, mode: str, retriever, mem, s: Settings, shared: Shared,
+              answerers: list[str]) -> list[dict]:
+    """The question's retrieval records, one per answering model (the same context for each)."""
     rec = dict(q, conversation=conv, mode=mode, recall={}, tokens={})
     for k in s.k:
         ctx = retriever.retrieve(q["question"], conv, k, UNBOUNDED)
@@ -401,12 +447,15 @@ def _evaluate(q: dict, conv: str, mode: str, retriever, mem, s: Settings) -> dic
     rec.update(qa_k=s.qa_k, qa_budget=s.qa_budget, box_ids=ctx.box_ids, message_ids=ctx.message_ids,
                context_tokens=ctx.tokens, qa_recall=evidence_recall(q["evidence"], ctx.message_ids),
                prediction=None, scores=None)
-    if s.qa:
+    if not s.qa:
+        return [rec]
+    out = []
+    for name in answerers:
         t0 = time.time()
-        ans = mem.answer_from(q["question"], ctx, conv)
-        rec.update(prediction=ans.text, answer_s=round(time.time() - t0, 2),
-                   scores=score_all(ans.text, q["gold"], q["category"]))
-    return rec
+        ans = mem.answer_from(q["question"], ctx, conv, backend=shared.answerer(name))
+        out.append(dict(rec, answerer=name, prediction=ans.text, answer_s=round(time.time() - t0, 2),
+                        scores=score_all(ans.text, q["gold"], q["category"])))
+    return out
 
 
 def _bar(total: int, desc: str, on: bool):
@@ -447,15 +496,29 @@ def _qa_summary(recs: list[dict]) -> dict[str, Any] | None:
             "by_category": by_cat, "answer_s": _mean(r.get("answer_s") for r in answered)}
 
 
+def summary_rows(recs: list[dict], modes: list[str]) -> dict[str, list[dict]]:
+    """Records by table row: one per mode, or one per mode and answering model when several answered."""
+    answerers = list(dict.fromkeys(r.get("answerer", "") for r in recs if r.get("scores")))
+    rows: dict[str, list[dict]] = {}
+    for mode in modes:
+        rs = [r for r in recs if r["mode"] == mode]
+        if len(answerers) > 1:
+            for a in answerers:
+                rows[f"{mode} · {a}"] = [r for r in rs if r.get("answerer", "") == a]
+        else:
+            rows[mode] = rs
+    return rows
+
+
 def summarise(recs: list[dict], s: Settings, cfg: Config, builds: dict, issues: dict) -> dict[str, Any]:
     modes, per_conv = {}, {}
-    for mode in s.modes:
-        rs = [r for r in recs if r["mode"] == mode]
-        modes[mode] = {**_retrieval_summary(rs, s), "qa": _qa_summary(rs)}
+    for row, rs in summary_rows(recs, s.modes).items():
+        modes[row] = {**_retrieval_summary(rs, s), "qa": _qa_summary(rs)}
         for conv in s.conversations:
             cr = [r for r in rs if r["conversation"] == conv]
-            per_conv.setdefault(conv, {})[mode] = {**_retrieval_summary(cr, s), "qa": _qa_summary(cr)}
-    return {"config": cfg.name, "llm": cfg.llm.model, "embedder": cfg.embedder.model, "data": s.data,
+            per_conv.setdefault(conv, {})[row] = {**_retrieval_summary(cr, s), "qa": _qa_summary(cr)}
+    return {"config": cfg.name, "llm": cfg.llm.model, "answer_llm": cfg.answer_llm().model,
+            "embedder": cfg.embedder.model, "data": s.data,
             "settings": asdict(s), "scorers": list(SCORERS), "modes": modes, "per_conversation": per_conv,
             "evidence_issues": issues, "builds": builds}
 
@@ -538,9 +601,10 @@ def cmd_locomo(args) -> int:
     settings = Settings(
         data=args.data, config=args.config, conversations=args.conversations or [], modes=args.modes or [],
         k=args.k or [], budgets=args.budgets, categories=args.categories, qa=not args.no_qa,
-        qa_k=args.qa_k or 0, qa_budget=args.qa_budget or 0, limit=args.limit, out=args.out or "",
+        qa_k=args.qa_k or 0, qa_budget=args.qa_budget or 0, limit=args.limit, stride=args.stride, out=args.out or "",
         builds=args.builds, threads=args.threads, build=not (args.no_build or args.boxes_only),
-        boxes_only=args.boxes_only, sessions=args.sessions,
+        boxes_only=args.boxes_only, sessions=args.sessions, answer_models=args.answer_models,
+        overrides=dict(parse_assignment(a) for a in args.set),
     )
     summary = run(settings)
     print(markdown(summary))
@@ -562,6 +626,7 @@ def add_parser(subparsers) -> None:
     p.add_argument("--qa-k", type=int, help="k for answering (default: config)")
     p.add_argument("--qa-budget", type=int, help="context budget for answering (default: config)")
     p.add_argument("--limit", type=int, default=0, help="at most this many questions per conversation")
+    p.add_argument("--stride", type=int, default=1, help="every N-th question only (a sample spread evenly)")
     p.add_argument("--out", help="run folder (default runs/locomo-<config>)")
     p.add_argument("--builds", default="runs/builds", help="where builds are cached, per config and conversation")
     p.add_argument("--sessions", type=int, default=0,
@@ -571,6 +636,12 @@ def add_parser(subparsers) -> None:
                         "with the embedding or hybrid judge): baseline modes and box-hits")
     p.add_argument("--no-build", action="store_true",
                    help="store messages only, no language model: baseline modes (turn-rag, chunk-rag, full-context)")
+    p.add_argument("--answer-models", nargs="*", default=[],
+                   help="answer each question with each of these models (names in models/manifest.toml or paths) "
+                        "on the same context (default: the config's answering model)")
+    p.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
+                   help="config keys for this run, e.g. retrieve.resolve_dates=false (TOML values); the build "
+                        "folder stays the config's, so only settings that are not build settings belong here")
     p.add_argument("--threads", type=int, default=0,
                    help="llama.cpp threads (default: the config's); 1 is much faster on an oversubscribed CPU")
     p.set_defaults(func=cmd_locomo)

@@ -20,7 +20,7 @@ from ..ingest import InputError
 from .locomo import Settings, _questions, _read_records, load_samples, summarise
 
 KEEP = ("conversation", "mode", "qid", "category", "evidence", "recall", "tokens", "qa_k", "qa_budget",
-        "context_tokens", "qa_recall", "scores", "answer_s")
+        "context_tokens", "qa_recall", "scores", "answer_s", "answerer")
 FIXED = ("config", "k", "budgets", "categories", "sessions")  # what every saved run must share
 
 

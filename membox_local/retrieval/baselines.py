@@ -17,7 +17,7 @@ import numpy as np
 
 from ..records import Message
 from .base import Context, Retriever, register
-from .layout import CHUNK_WORDS, Layout, chunk_session_messages, chunk_text
+from .layout import CHUNK_WORDS, Layout, chunk_session_messages, chunk_text, shown_render
 
 if TYPE_CHECKING:
     from ..config import Config
@@ -58,7 +58,7 @@ class ChunkRagRetriever(Retriever):
         qv = self.memory.embedder.encode([question])[0]
         sims = vecs @ qv
         order = np.argsort(-sims, kind="stable")[:k]
-        layout, scores = Layout(budget_tokens), {}
+        layout, scores = Layout(budget_tokens, render=shown_render(self.memory.config)), {}
         for rank, i in enumerate(order):
             if not layout.try_add(chunks[i]) and rank == 0:
                 layout.add_prefix(chunks[i])
@@ -79,7 +79,7 @@ class TurnRagRetriever(ChunkRagRetriever):
 
 def window_tokens(config: "Config") -> int:
     """The context a mode may show the answering model, in count_tokens units."""
-    room = config.llm.n_ctx - config.answer.max_tokens - ANSWER_PROMPT_RESERVE
+    room = config.answer_llm().n_ctx - config.answer.max_tokens - ANSWER_PROMPT_RESERVE
     return max(0, int(room / MODEL_TOKENS_PER_COUNTED))
 
 
@@ -91,7 +91,7 @@ class FullContextRetriever(Retriever):
     name = "full-context"
 
     def retrieve(self, question, conversation_id, k, budget_tokens):
-        layout = Layout(min(budget_tokens, window_tokens(self.memory.config)))
+        layout = Layout(min(budget_tokens, window_tokens(self.memory.config)), render=shown_render(self.memory.config))
         msgs = [m for conv in conversation_messages(self.memory, conversation_id) for m in conv]
         for m in reversed(msgs):
             if not layout.try_add([m]):

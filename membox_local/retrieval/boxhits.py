@@ -31,7 +31,7 @@ import numpy as np
 from ..records import Box, Message
 from .base import Context, Retriever, register
 from .baselines import TurnRagRetriever
-from .layout import CHUNK_WORDS, Layout, chunk_session_messages, chunk_text
+from .layout import CHUNK_WORDS, Layout, chunk_session_messages, chunk_text, plain, shown_render
 
 if TYPE_CHECKING:
     from ..memory import Memory
@@ -63,14 +63,16 @@ class BoxMap:
     def box(self, m: Message) -> int:
         return self.position[(m.conversation_id, m.message_id)]
 
-    def layout(self, budget_tokens: int, headers: str = "date") -> Layout:
-        """Shown messages in time order, labelled by `headers` (one of HEADERS)."""
+    def layout(self, budget_tokens: int, headers: str = "date", render: Callable[[Message], str] = plain) -> Layout:
+        """Shown messages in time order, labelled by `headers` (one of HEADERS), each shown by `render`."""
         if headers == "box":
-            return Layout(budget_tokens, group=self.box, header=lambda m: self.boxes[self.box(m)].header())
+            return Layout(budget_tokens, group=self.box, header=lambda m: self.boxes[self.box(m)].header(),
+                          render=render)
         if headers == "session":
-            return Layout(budget_tokens, subgroup=self.box, subheader=lambda m: topic_line(self.boxes[self.box(m)]))
+            return Layout(budget_tokens, subgroup=self.box, subheader=lambda m: topic_line(self.boxes[self.box(m)]),
+                          render=render)
         if headers == "date":
-            return Layout(budget_tokens)
+            return Layout(budget_tokens, render=render)
         raise ValueError(f"box layout headers '{headers}': expected one of {', '.join(HEADERS)}")
 
 
@@ -166,7 +168,7 @@ class BoxHitsRetriever(Retriever):
         hits = np.argsort(-sims, kind="stable")[:k]
         candidates = np.unique(np.concatenate([bm.members[b] for b in bm.box_of[hits]]))
         order = candidates[np.lexsort((-sims[candidates], -prio[candidates]))]  # a hit before equal neighbours
-        layout = bm.layout(budget_tokens, self.headers)
+        layout = bm.layout(budget_tokens, self.headers, shown_render(self.memory.config))
         self.fill(layout, bm, order, sims, prio, hits)
         ctx = layout.context()
         shown = dict.fromkeys(bm.box(m) for m in sorted(layout.messages, key=lambda m: (m.conversation_id, m.seq)))

@@ -15,6 +15,23 @@ from .base import Context, count_tokens
 CHUNK_WORDS = 60  # words in a chunk of consecutive messages (chunk-rag's units, box-hits' windows)
 
 
+def plain(m: Message) -> str:
+    """A message as shown: its speaker and text."""
+    return m.render()
+
+
+def dated(m: Message) -> str:
+    """A message as shown, with relative time ("yesterday", "last week") resolved against its session date."""
+    from ..dates import resolve_relative
+
+    return f"{m.speaker}: {resolve_relative(' '.join(m.text.split()), m.session_date)}"
+
+
+def shown_render(config) -> Callable[[Message], str]:
+    """How a memory's config shows messages (`[retrieve] resolve_dates`)."""
+    return dated if config.retrieve.resolve_dates else plain
+
+
 def session_header(m: Message) -> str:
     return f"[{m.session_date or 'session ' + m.session}]"
 
@@ -30,7 +47,8 @@ def session_key(m: Message) -> Hashable:
 def render_messages(messages: Sequence[Message], group: Callable[[Message], Hashable] = session_key,
                     header: Callable[[Message], str] = session_header,
                     subgroup: Callable[[Message], Hashable] | None = None,
-                    subheader: Callable[[Message], str] | None = None) -> str:
+                    subheader: Callable[[Message], str] | None = None,
+                    render: Callable[[Message], str] = plain) -> str:
     """Messages in time order, one header line per group (by default one date line per session, all of a
     session's shown messages under it) and, with `subgroup`, a line from `subheader` (when not empty) where
     a subgroup starts inside its group. Groups and subgroups must be runs of consecutive messages (sessions,
@@ -46,24 +64,26 @@ def render_messages(messages: Sequence[Message], group: Callable[[Message], Hash
                 current = subgroup(m)
                 if line := subheader(m):
                     lines.append(line)
-            lines.append(m.render())
+            lines.append(render(m))
         blocks.append("\n".join(lines))
     return "\n\n".join(blocks)
 
 
 class Layout:
     """Messages chosen so far and the exact token count of `render_messages` over them (same group, header,
-    subgroup and subheader functions: by default sessions under their date line)."""
+    subgroup, subheader and render functions: by default sessions under their date line, messages as they are)."""
 
     def __init__(self, budget_tokens: int, group: Callable[[Message], Hashable] = session_key,
                  header: Callable[[Message], str] = session_header,
                  subgroup: Callable[[Message], Hashable] | None = None,
-                 subheader: Callable[[Message], str] | None = None):
+                 subheader: Callable[[Message], str] | None = None,
+                 render: Callable[[Message], str] = plain):
         if (subgroup is None) != (subheader is None):
             raise ValueError("Layout: pass subgroup and subheader together")
         self.budget = budget_tokens
         self.group, self.header = group, header
         self.subgroup, self.subheader = subgroup, subheader
+        self.render = render
         self.messages: list[Message] = []
         self.groups: set[Hashable] = set()
         self.subgroups: set[Hashable] = set()
@@ -71,7 +91,7 @@ class Layout:
 
     def cost(self, msgs: Sequence[Message]) -> int:
         new_groups = {self.group(m): m for m in msgs if self.group(m) not in self.groups}
-        cost = sum(count_tokens(m.render()) for m in msgs) + \
+        cost = sum(count_tokens(self.render(m)) for m in msgs) + \
             sum(count_tokens(self.header(m)) for m in new_groups.values())
         if self.subgroup is not None:
             new_subs = {self.subgroup(m): m for m in msgs if self.subgroup(m) not in self.subgroups}
@@ -98,7 +118,7 @@ class Layout:
 
     def context(self) -> Context:
         ordered = sorted(self.messages, key=_time_order)
-        return Context(render_messages(ordered, self.group, self.header, self.subgroup, self.subheader),
+        return Context(render_messages(ordered, self.group, self.header, self.subgroup, self.subheader, self.render),
                        message_ids=[m.message_id for m in ordered])
 
 

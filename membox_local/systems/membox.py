@@ -27,7 +27,7 @@ class BoxMemory(Component):
         "loom.switch_ratio": 0.0,
         "extract.max_topic_chars": 80, "extract.max_keywords": 8, "extract.max_keyword_chars": 40,
         "extract.max_events": 6, "extract.max_event_chars": 160, "extract.min_grounding": 0.5,
-        "extract.max_tokens": 400,
+        "extract.max_tokens": 400, "extract.speaker_grounding": False,
         "weaver.enabled": True, "weaver.vote_threshold": 0.5, "weaver.max_candidates": 4, "weaver.max_tokens": 200,
     }
 
@@ -97,12 +97,18 @@ class BoxMemory(Component):
         status: dict[str, int] = {}
         for b in boxes:
             status[b.status] = status.get(b.status, 0) + 1
+        events = self.store.events(conversation_id)
+        weak = sum(e.grounding < self.config.extract.min_grounding for e in events)
         return {
             "messages": n_msgs,
             "boxes": len(boxes),
             "messages_per_box": round(n_msgs / len(boxes), 2) if boxes else 0.0,
             "box_status": status,
-            "events": len(self.store.events(conversation_id)),
+            "events": len(events),
+            # events below min_grounding (words not in the box, or not in the lines of the person they name):
+            # kept and shown flagged, left out of traces
+            "events_weakly_grounded": weak,
+            "weakly_grounded_share": round(weak / len(events), 3) if events else 0.0,
             "traces": len(self.store.traces(conversation_id)),
         }
 

@@ -1,0 +1,127 @@
+"""Relative time in a message, resolved against its session's date.
+
+A message said on 8 May 2023 that mentions "yesterday" or "last week" is shown to the answering model as
+"yesterday (7 May 2023)" and "last week (the week before 8 May 2023)", so a small model need not do date
+arithmetic. Session dates are parsed with dateparser ("1:56 pm on 8 May, 2023", "2023-05-08", ...), "N days/
+weeks ago" with dateparser relative to that date, and month/weekday arithmetic with dateutil. Phrases are found
+with a fixed list of patterns (below): free text is never searched for dates, so a word such as "may" or "now"
+is never taken for one. A message whose session date cannot be parsed is shown as it is.
+"""
+from __future__ import annotations
+
+import re
+from datetime import date, datetime, timedelta
+from functools import lru_cache
+
+_NUMBERS = {"a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7,
+            "eight": 8, "nine": 9, "ten": 10, "eleven": 11, "twelve": 12, "a couple of": 2, "couple of": 2}
+_WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
+_NUM = r"(?P<n>\d{1,2}|a couple of|couple of|an?|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve)"
+_UNIT = r"(?P<unit>day|week|month|year)s?"
+
+# Longest phrases first: "the day before yesterday" before "yesterday", "last weekend" before "last week".
+_PHRASES = re.compile(
+    r"\b(?:"
+    r"(?P<dby>the day before yesterday)"
+    r"|(?P<ago>" + _NUM + r"\s+" + _UNIT + r"\s+ago)"
+    r"|(?P<few>(?:a few|few|several)\s+(?P<fewunit>day|week|month|year)s\s+ago)"
+    r"|(?P<rel>(?P<which>last|this|next)\s+(?P<what>weekend|week|month|year|" + "|".join(_WEEKDAYS) + r"))"
+    r"|(?P<day>yesterday|today|tonight|tomorrow|last night|this morning|this afternoon|this evening)"
+    r")\b",
+    re.IGNORECASE,
+)
+_CLOCK = re.compile(r"^\s*\d{1,2}[:.]\d{2}\s*(?:[ap]\.?m\.?)?\s*(?:on\s+)?", re.IGNORECASE)
+
+
+def fmt(d: date) -> str:
+    return f"{d.day} {d:%B %Y}"
+
+
+@lru_cache(maxsize=4096)
+def parse_session_date(text: str) -> date | None:
+    """The calendar day of a session date string, or None when there is none to read."""
+    if not text or not text.strip():
+        return None
+    import dateparser
+
+    core = _CLOCK.sub("", text).strip()  # LoCoMo's "1:56 pm on 8 May, 2023": the day is what matters
+    parsed = dateparser.parse(core, languages=["en"], settings={"DATE_ORDER": "DMY", "STRICT_PARSING": True})
+    return parsed.date() if parsed else None
+
+
+def _ago(n: int, unit: str, base: date) -> date:
+    import dateparser
+
+    anchor = datetime(base.year, base.month, base.day, 12)
+    parsed = dateparser.parse(f"{n} {unit}s ago", languages=["en"], settings={"RELATIVE_BASE": anchor})
+    if parsed is None:  # dateparser reads every "N units ago"; this is a guard, not a path
+        raise ValueError(f"dateparser could not read '{n} {unit}s ago'")
+    return parsed.date()
+
+
+def _month(base: date, shift: int) -> str:
+    from dateutil.relativedelta import relativedelta
+
+    return f"{base + relativedelta(months=shift):%B %Y}"
+
+
+def _weekday(base: date, name: str, which: str) -> date:
+    from dateutil.relativedelta import relativedelta, weekday
+
+    wd = weekday(_WEEKDAYS.index(name.lower()))
+    if which == "last":
+        return base + relativedelta(days=-1, weekday=wd(-1))
+    if which == "next":
+        return base + relativedelta(days=+1, weekday=wd(+1))
+    return base + relativedelta(weekday=wd(+1))  # "this friday": the coming one (or today)
+
+
+def _weekend(base: date, which: str) -> str:
+    saturday = _weekday(base, "saturday", "last" if which == "last" else "this")
+    if which == "next":
+        saturday += timedelta(days=7)
+    return f"the weekend of {fmt(saturday)}"
+
+
+def resolve_phrase(match: re.Match, base: date) -> str | None:
+    """The absolute date a matched phrase means on `base` (a day, a week, a month or a year), as text."""
+    g = match.groupdict()
+    if g["dby"]:
+        return fmt(base - timedelta(days=2))
+    if g["day"]:
+        word = g["day"].lower()
+        if word in ("yesterday", "last night"):
+            return fmt(base - timedelta(days=1))
+        if word == "tomorrow":
+            return fmt(base + timedelta(days=1))
+        return fmt(base)
+    if g["ago"]:
+        n = int(g["n"]) if g["n"].isdigit() else _NUMBERS[g["n"].lower()]
+        unit = g["unit"].lower()
+        d = _ago(n, unit, base)
+        if unit == "year":
+            return str(d.year)
+        if unit == "month":
+            return f"{d:%B %Y}"
+        return fmt(d) if unit == "day" else f"about {fmt(d)}"
+    if g["few"]:
+        return f"a few {g['fewunit'].lower()}s before {fmt(base)}"
+    which, what = g["which"].lower(), g["what"].lower()
+    shift = {"last": -1, "this": 0, "next": 1}[which]
+    if what == "year":
+        return str(base.year + shift)
+    if what == "month":
+        return _month(base, shift)
+    if what == "week":
+        return {"last": "the week before ", "this": "the week of ", "next": "the week after "}[which] + fmt(base)
+    if what == "weekend":
+        return _weekend(base, which)
+    return fmt(_weekday(base, what, which))
+
+
+def resolve_relative(text: str, session_date: str) -> str:
+    """`text` with each relative time phrase followed by its absolute date in parentheses."""
+    base = parse_session_date(session_date)
+    if base is None or not _PHRASES.search(text):
+        return text
+    return _PHRASES.sub(lambda m: f"{m.group(0)} ({resolve_phrase(m, base)})", text)
