@@ -25,13 +25,44 @@ REPO = Path(__file__).resolve().parent.parent
 CONVERSATIONS = ["conv-26", "conv-30", "conv-44"]  # 356 questions of categories 1-4
 
 
+def report(a) -> int:
+    """One table over run folders: each answering model's QA (three scorers, by category) on the questions
+    every model answered; records of a dates-off run are labelled as another answerer."""
+    from membox_local.config import load_config
+    from membox_local.evaluation.locomo import _read_records, summarise
+
+    records = {}
+    for src in map(Path, a.runs):
+        got = _read_records(src if src.suffix == ".gz" else src / "questions.jsonl")
+        off = "dates-off" in src.name
+        for (conv, mode, qid, who), r in got.items():
+            if r.get("scores"):
+                r = dict(r, answerer=f"{who} (dates as said)" if off else who)
+                records[(conv, mode, qid, r["answerer"])] = r
+    answerers = list(dict.fromkeys(k[3] for k in records))
+    on = [w for w in answerers if not w.endswith("(dates as said)")]
+    common = set.intersection(*({k[:3] for k in records if k[3] == w} for w in on)) if on else set()
+    chosen = [r for k, r in records.items() if k[:3] in common]
+    convs = sorted({k[0] for k in common})
+    s = Settings(conversations=convs, modes=["box-hits"], k=[10], budgets=[a.budget], qa_k=10, qa_budget=a.budget,
+                 answer_models=answerers)
+    summary = summarise(chosen, s, load_config(a.config), {}, {"split": 0, "malformed": 0, "unknown": 0,
+                                                               "questions_without_evidence": 0})
+    print(f"<!-- {len(common)} questions answered by every model ({', '.join(on)}) in {', '.join(convs)}; "
+          f"pooled from {' '.join(a.runs)} on {time.strftime('%Y-%m-%d')} -->")
+    print(markdown(summary).split("## QA", 1)[1].join(["## QA", ""]))
+    return 0
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("step", choices=["qa", "dates"])
+    p.add_argument("step", choices=["qa", "dates", "report"])
     p.add_argument("--data", default=str(DEFAULT_DATA))
     p.add_argument("--config", default="cpu")
     p.add_argument("--conversations", nargs="+", default=CONVERSATIONS)
-    p.add_argument("--models", nargs="+", required=True, help="answering models, side by side")
+    p.add_argument("--models", nargs="+", default=[], help="answering models, side by side")
+    p.add_argument("--runs", nargs="*", default=[], help="report: run folders (or saved .jsonl.gz results) to pool; "
+                                                        "a folder of the dates step is labelled 'dates as said'")
     p.add_argument("--budget", type=int, default=1000, help="context tokens shown to the answering model")
     p.add_argument("--threads", type=int, default=0)
     p.add_argument("--limit", type=int, default=0, help="at most this many questions per conversation")
@@ -40,6 +71,10 @@ def main(argv=None) -> int:
                                  "separate processes (one thread each) go to separate folders, merged by "
                                  "`python benchmarks/locomo_bench.py merge`")
     a = p.parse_args(argv)
+    if a.step == "report":
+        return report(a)
+    if not a.models:
+        p.error("--models: name at least one answering model")
     from membox_local.backends import make_backend
     from membox_local.config import load_config
     from membox_local.fit.cache import ScoreCache, score_cache_path

@@ -1,4 +1,4 @@
-"""Command line: `membox build | ask | show | demo`."""
+"""Command line: `membox build | ask | show | forget | demo`."""
 from __future__ import annotations
 
 import argparse
@@ -186,6 +186,28 @@ def cmd_show(args) -> int:
     return 0
 
 
+def cmd_forget(args) -> int:
+    """Erase messages (or a whole conversation) and everything derived from them, on disk too."""
+    from .memory import Memory
+
+    _require_store(args.store)
+    if args.messages is not None and not args.messages:
+        raise InputError("--messages needs at least one message id (leave it out to forget the whole conversation)")
+    cfg = load_config(args.config)
+    with Memory(args.store, cfg) as mem:
+        n = mem.forget(args.conversation, args.messages)
+    what = "conversation" if args.messages is None else "messages of conversation"
+    print(f"forgot {what} {args.conversation}: {n['messages']} message(s), {n.get('boxes', 0)} box(es), "
+          f"{n.get('events', 0)} event(s), {n.get('traces', 0)} trace(s), {n.get('cached_vectors', 0)} cached "
+          f"vector(s) removed; {n.get('boxes_to_extract', 0)} box(es) to re-extract and "
+          f"{n.get('boxes_to_weave', 0)} to re-weave on the next build")
+    if not n.get("scrubbed", 1):
+        print(f"warning: {args.store}/memory.db could not be compacted (another process has it open, or the disk "
+              f"has no room for a copy of it): old copies of the forgotten text may stay in memory.db-wal until "
+              f"every process using the memory has closed it", file=sys.stderr)
+    return 0
+
+
 def cmd_demo(args) -> int:
     """Build the bundled conversation, print its boxes and ask it questions, with one model load."""
     from .memory import Memory
@@ -250,6 +272,14 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--failed", action="store_true", help="only boxes whose extraction failed")
     s.add_argument("--messages", action="store_true", help="print each box's messages")
     s.set_defaults(func=cmd_show)
+
+    f = sub.add_parser("forget", help="erase a conversation or some of its messages, and all derived from them")
+    f.add_argument("store")
+    f.add_argument("--conversation", required=True, help="conversation id")
+    f.add_argument("--messages", nargs="*", metavar="ID",
+                   help="only these message ids (default: the whole conversation)")
+    f.add_argument("--config", default="cpu", help="the config the memory was built with")
+    f.set_defaults(func=cmd_forget)
 
     d = sub.add_parser("demo", help="build the bundled demo conversation and ask it questions")
     d.add_argument("--store", default="stores/demo")

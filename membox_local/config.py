@@ -62,6 +62,9 @@ class LLMConfig:
     max_retries: int = _opt(1, lo=0, hi=10)  # extra attempts when structured output fails to parse
     # OpenAI-compatible servers
     base_url: str = ""
+    # a plain http:// base_url to another machine sends the conversation text (and the key) unencrypted, so it is
+    # refused unless this is true; https:// and http:// to this machine (localhost, 127.0.0.1, ::1) need nothing
+    allow_insecure_http: bool = False
     api_key_env: str = "OPENAI_API_KEY"
     timeout_s: float = _opt(60.0, lo=0.1)
     max_concurrency: int = _opt(8, lo=1)
@@ -85,6 +88,7 @@ class EmbedderConfig:
     model: str = "all-minilm-l6-v2"
     batch_size: int = _opt(64, lo=1)
     device: str = "cpu"
+    allow_insecure_http: bool = False  # openai: as [llm] allow_insecure_http, for $OPENAI_BASE_URL
 
 
 @dataclass

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import numpy as np
 
+from .private import private_file, tighten, write_private
+
 
 class VectorIndex:
     def __init__(self, path: Path, dim: int, space: str = "cosine", ef: int = 200, m: int = 32):
@@ -36,6 +38,8 @@ class VectorIndex:
             return
         import hnswlib
 
+        tighten(self.path)  # files an older version wrote 0644 (private.py)
+        tighten(meta)
         data = json.loads(meta.read_text())
         if data.get("dim") != self.dim:
             return  # built with another embedder: rebuilt by sync()
@@ -95,8 +99,10 @@ class VectorIndex:
                 return
             self.path.parent.mkdir(parents=True, exist_ok=True)
             tmp = self.path.with_suffix(".tmp")
+            # 0600 (private.py): hnswlib writes with the umask's mode, into a file it truncates (keeping its mode)
+            private_file(tmp)
             self._index.save_index(str(tmp))
+            tighten(tmp)
             tmp.replace(self.path)
-            self.path.with_suffix(".ids.json").write_text(
-                json.dumps({"dim": self.dim, "ids": self.ids, "conv": self.conv})
-            )
+            write_private(self.path.with_suffix(".ids.json"),
+                          json.dumps({"dim": self.dim, "ids": self.ids, "conv": self.conv}))

@@ -18,9 +18,10 @@ from .config import Config, load_config
 from .embed import CachedEmbedder, Embedder, make_embedder
 from .execution.driver import Driver
 from .index import VectorIndex
+from .private import private_dir
 from .prompts import answer_prompt
 from .records import Box, Message
-from .retrieval import RETRIEVERS, Context, make_retriever
+from .retrieval import RETRIEVERS, Context, make_retriever, quoting_texts
 from .store import StoreError, built_systems, store_class
 from .systems import SYSTEMS, component_class, tables_for
 from .systems.base import Component
@@ -40,7 +41,7 @@ class Memory:
                  backend: Backend | Callable[[], Backend] | None = None, embedder: Embedder | None = None,
                  answer_backend: Backend | Callable[[], Backend] | None = None):
         self.path = Path(path)
-        self.path.mkdir(parents=True, exist_ok=True)
+        private_dir(self.path)  # owner-only, 0700 (private.py); a folder an older version made 0755 is tightened
         self.config = config if isinstance(config, Config) else load_config(config)
         built = built_systems(self.path / "memory.db")
         self.store = store_class(tables_for(self.config.memory.systems))(self.path / "memory.db")
@@ -168,6 +169,63 @@ class Memory:
         """Bring every system's derived indexes up to date with the store."""
         for comp in self.components:
             comp.sync()
+
+    # ---- forgetting -----------------------------------------------------------------------------
+    def forget(self, conversation_id: str, message_ids: Iterable[str] | None = None) -> dict[str, int]:
+        """Erase messages of one conversation (every one of them when `message_ids` is None) and all that was
+        derived from them, so that their text is in no file of the folder any more.
+
+        In one transaction: each system deletes what it derived (Component.forget: the box memory's events,
+        traces, records, emptied boxes; a box that keeps other messages is extracted again by the next build)
+        and the cached embeddings of derived texts; then the messages and their own cached embeddings (and the
+        chunks of them the retrieval modes embed) go. Then the database is scrubbed (deleted cells zeroed,
+        VACUUM, the write-ahead log truncated) and the vector indexes beside it are deleted: rebuilt now when an
+        embedder is at hand, else by the next search. Returns counts: messages, each system's (boxes, events,
+        traces, boxes_to_extract, boxes_to_weave), cached_vectors, and scrubbed (0 when another process held the
+        store open and kept the log from being truncated). Questions asked earlier stay in the embedding cache
+        under their hash (their text is not stored)."""
+        if (self.path / "shards.json").exists():
+            raise StoreError(f"{self.path} is sharded (built with --engine ray): its shards keep their own copies of "
+                             f"the messages, and the next build merges them back; forgetting in a sharded memory "
+                             f"is not supported")
+        rows = self.store.messages(conversation_id)
+        if not rows:
+            known = self.store.conversations()
+            held = f"its conversations: {', '.join(known[:10])}{' ...' if len(known) > 10 else ''}" if known \
+                else "it holds none"
+            raise StoreError(f"{self.path}: no conversation {conversation_id!r} in this memory ({held})")
+        ids = [m.message_id for m in rows] if message_ids is None else list(dict.fromkeys(message_ids))
+        if not ids:
+            raise StoreError("forget: no message ids given")
+        stored = {m.message_id for m in rows}
+        unknown = [i for i in ids if i not in stored]
+        if unknown:
+            more = " ..." if len(unknown) > 10 else ""
+            raise StoreError(f"{self.path}: conversation {conversation_id!r} has no message "
+                             f"{', '.join(map(repr, unknown[:10]))}{more}; nothing forgotten")
+        gone = set(ids)
+        texts = [m.text for m in rows if m.message_id in gone] + quoting_texts(rows, gone)
+        counts = {"messages": 0}
+        with self.store.transaction():
+            for comp in self.components:
+                for key, n in comp.forget(conversation_id, ids).items():
+                    counts[key] = counts.get(key, 0) + n
+            counts["messages"] = self.store.delete_messages(conversation_id, ids)
+            counts["cached_vectors"] = counts.get("cached_vectors", 0) + self.store.forget_vectors(texts)
+        counts["scrubbed"] = int(self.store.scrub())
+        self._drop_indexes()
+        if self._embedder is not None:  # rebuilt now only when that loads no model
+            self.sync()
+        return counts
+
+    def _drop_indexes(self) -> None:
+        """Delete the vector indexes beside the store: they are derived, and rebuilt from it when missing."""
+        self._indexes.clear()
+        for index in self.path.glob("*.hnsw"):
+            for p in (index, index.with_suffix(".ids.json"), index.with_suffix(".tmp")):
+                p.unlink(missing_ok=True)
+        for orphan in self.path.glob("*.ids.json"):
+            orphan.unlink()
 
     # ---- reading --------------------------------------------------------------------------------
     def boxes(self, conversation_id: str | None = None) -> list[Box]:

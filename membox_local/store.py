@@ -21,6 +21,7 @@ from typing import Iterable, Iterator
 
 import numpy as np
 
+from .private import private_file, tighten
 from .records import Message
 
 SCHEMA_VERSION = 1
@@ -125,12 +126,20 @@ class Store:
     def __init__(self, path: str | Path):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        if str(path) != ":memory:":
+            # owner-only (private.py): the database made 0600 before SQLite opens it, so its -wal and -shm get
+            # the same mode; a store an older version made 0644 is tightened here, with its -wal/-shm
+            private_file(self.path)
+            for suffix in ("-wal", "-shm"):
+                tighten(f"{self.path}{suffix}")
         self._lock = threading.RLock()
         self.db = sqlite3.connect(str(self.path), check_same_thread=False, isolation_level=None)
         self.db.row_factory = sqlite3.Row
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute("PRAGMA synchronous=NORMAL")
         self.db.execute("PRAGMA foreign_keys=ON")
+        # deleted rows are overwritten with zeros, not left in free pages (forgetting: Memory.forget)
+        self.db.execute("PRAGMA secure_delete=ON")
         self._depth = 0
         self._migrate()
 
@@ -288,3 +297,50 @@ class Store:
         rows = self.db.execute(sql + " GROUP BY stage ORDER BY stage", args).fetchall()
         return {r["stage"]: {"calls": r["calls"], "prompt_tokens": r["p"], "completion_tokens": r["c"]}
                 for r in rows}
+
+    # ---- forgetting (Memory.forget) -------------------------------------------------------------
+    def delete_messages(self, conversation_id: str, message_ids: Iterable[str]) -> int:
+        """Delete messages of one conversation; returns how many were deleted. When the conversation is left
+        with no message, its usage rows go too. What other tables derived from them is each system's to delete
+        (Component.forget), in the same transaction."""
+        ids = list(dict.fromkeys(message_ids))
+        deleted = 0
+        with self.transaction():
+            for i in range(0, len(ids), 500):
+                chunk = ids[i:i + 500]
+                marks = ",".join("?" * len(chunk))
+                deleted += self.db.execute(
+                    f"DELETE FROM messages WHERE conversation_id=? AND message_id IN ({marks})",
+                    [conversation_id, *chunk],
+                ).rowcount
+            if self.db.execute("SELECT 1 FROM messages WHERE conversation_id=? LIMIT 1",
+                               (conversation_id,)).fetchone() is None:
+                self.db.execute("DELETE FROM llm_usage WHERE conversation_id=?", (conversation_id,))
+        return deleted
+
+    def forget_vectors(self, texts: Iterable[str]) -> int:
+        """Drop the cached embeddings of these texts, under every model; returns how many rows went."""
+        keys = list(dict.fromkeys(text_key(t) for t in texts))
+        removed = 0
+        with self.transaction():
+            for i in range(0, len(keys), 500):
+                chunk = keys[i:i + 500]
+                marks = ",".join("?" * len(chunk))
+                removed += self.db.execute(f"DELETE FROM embeddings WHERE key IN ({marks})", chunk).rowcount
+        return removed
+
+    def scrub(self) -> bool:
+        """Leave no copy of deleted rows in the folder's files: the database is rebuilt without free pages
+        (VACUUM; with secure_delete on, deleted cells were zeroed already) and the write-ahead log, which still
+        holds old page images, is copied back and truncated to nothing. False when another connection kept
+        the log from being truncated (the rows are deleted; their old pages stay in memory.db-wal until the
+        next checkpoint)."""
+        with self._lock:
+            if self._depth:
+                raise StoreError("scrub: not inside a transaction")
+            try:
+                self.db.execute("VACUUM")
+                busy = self.db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
+            except sqlite3.OperationalError:
+                return False
+            return busy == 0

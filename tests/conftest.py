@@ -23,6 +23,7 @@ def cfg() -> Config:
     c.loom.judge, c.loom.threshold = "embedding", 0.15  # the doubles are calibrated for the cosine judge
     c.retrieve.mode = "compact"  # logic tests of the paper's mode; box-aware modes have tests/test_boxaware.py
     c.retrieve.resolve_dates = False  # messages shown as said (dated rendering: tests/test_answering.py)
+    c.answer.llm = {}  # the double that builds also answers
     return c
 
 

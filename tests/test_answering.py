@@ -121,7 +121,7 @@ def test_another_answering_model_answers_and_never_invalidates_the_build(tmp_pat
 
 
 def test_same_answering_model_reuses_the_build_backend(tmp_path):
-    cfg = load_config("cpu", {"loom.judge": "embedding", "weaver.enabled": False})
+    cfg = load_config("cpu", {"loom.judge": "embedding", "weaver.enabled": False, "answer.llm": {}})
     build = FakeBackend()
     with _memory(tmp_path / "m", cfg, build) as mem:
         mem.add(MESSAGES, seal=True)

@@ -11,7 +11,18 @@ from membox_local.config import Config, ConfigError, load_config
 
 
 def test_the_dataclass_defaults_are_the_shipped_cpu_default():
-    assert dataclasses.asdict(load_config("cpu")) == dataclasses.asdict(Config(name="cpu"))
+    shipped, defaults = dataclasses.asdict(load_config("cpu")), dataclasses.asdict(Config(name="cpu"))
+    # one difference, on purpose: a config written from scratch answers with its own build model (never with a
+    # local GGUF it did not name); cpu.toml answers with the 1.5B model
+    assert defaults["answer"].pop("llm") == {}
+    assert shipped["answer"].pop("llm") == {"backend": "llamacpp", "model": "qwen2.5-coder-1.5b"}
+    assert shipped == defaults
+
+
+def test_configs_on_other_backends_answer_with_their_own_model():
+    for name in ("openai", "vllm", "cpu-fast"):
+        cfg = load_config(name)
+        assert cfg.answer_llm() == cfg.llm
 
 
 @pytest.mark.parametrize("name", sorted(p.stem for p in C.CONFIG_DIR.glob("*.toml")))

@@ -65,6 +65,25 @@ def test_search_and_answer(built):
     assert 0 < ans.context.tokens <= 600 and ans.context.box_ids
 
 
+def test_the_shipped_answering_model_answers_a_memory_built_by_another(built):
+    """The CPU default's answering model (Qwen2.5-Coder-1.5B, joined from its 22 packages and verified) answers
+    the SmolLM2-built memory; the build is not invalidated and the answer's usage is its own stage."""
+    cfg = load_config("cpu-fast", {"answer.llm": dict(load_config("cpu").answer.llm)})
+    assert cfg.answer_llm().model == "qwen2.5-coder-1.5b"
+    mem = Memory(built.path, cfg)
+    try:
+        before = mem.store.usage_by_stage().get("answer", {}).get("calls", 0)
+        ans = mem.answer("What is the name of Tom's cat?", budget_tokens=600)
+        assert ans.text and len(ans.text) < 300
+        assert "pepper" in ans.text.lower()  # the evidence is in the context; a 1.5B model reads it off
+        assert mem.store.usage_by_stage()["answer"]["calls"] == before + 1
+        assert mem.answer_backend is not mem._backend
+        when = mem.context("When did Tom adopt his cat Pepper?", budget_tokens=600)
+        assert "last weekend (the weekend of 2 March 2024)" in when.text  # said on Monday 4 March 2024
+    finally:
+        mem.close()
+
+
 def test_llamacpp_label_probabilities_sum_to_one(built):
     from membox_local.backends.base import LabelRequest, Prompt
 

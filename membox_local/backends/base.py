@@ -2,12 +2,15 @@
 
 Three kinds of request, each answered in batches: pick one label from a fixed set, produce JSON that
 matches a bounded schema, or write free text. Every answer carries its token usage tagged by stage.
-Backends subclass `Backend` and implement the three `*_batch` methods; everything else is shared.
+Backends subclass `Backend` and implement the three `*_batch` methods; everything else is shared. JSON output
+is checked again here (`parse_json_output`, with jsonschema), whatever the engine constrained: every bound of the
+schema, and no keys it does not name.
 A fourth kind, `ScoreRequest` (the log-likelihood of a given text), serves likelihood-based judges; backends
 that can read prompt log-probabilities implement `score_batch`, the others refuse it with a BackendError.
 """
 from __future__ import annotations
 
+import copy
 import json
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
@@ -169,50 +172,129 @@ def check_schema_bounded(schema: dict[str, Any], path: str = "$") -> None:
             check_schema_bounded(sub, f"{path}.{name}")
 
 
+def closed_schema(schema: dict[str, Any]) -> dict[str, Any]:
+    """A copy of `schema` with `additionalProperties: false` on every object that does not set it: our schemas
+    list every field a record has, so a key they do not name is an error. Used only to check output; the grammar
+    (llama.cpp), the strict schema (OpenAI: openai.strict_schema) and vLLM's constraint get the schema as it is."""
+    out = copy.deepcopy(schema)
+
+    def walk(node: Any) -> None:
+        if not isinstance(node, dict):
+            return
+        if node.get("type") == "object" or "properties" in node:
+            node.setdefault("additionalProperties", False)
+        for key in ("properties", "patternProperties", "$defs", "definitions"):
+            for sub in (node.get(key) or {}).values():
+                walk(sub)
+        for key in ("items", "additionalProperties", "contains", "not"):
+            walk(node.get(key))
+        for key in ("prefixItems", "anyOf", "oneOf", "allOf"):
+            for sub in node.get(key) or ():
+                walk(sub)
+
+    walk(out)
+    return out
+
+
+_VALIDATORS: dict[str, Any] = {}
+_VALIDATOR_CLASS: list[type] = []
+
+
+def _validator_class() -> type:
+    """jsonschema's Draft 2020-12 validator, where "integer" means an integer as Python reads JSON (1, not 1.0):
+    the pipeline indexes lists with these numbers."""
+    if not _VALIDATOR_CLASS:
+        from jsonschema import Draft202012Validator, validators
+
+        checker = Draft202012Validator.TYPE_CHECKER.redefine(
+            "integer", lambda _, x: isinstance(x, int) and not isinstance(x, bool))
+        _VALIDATOR_CLASS.append(validators.extend(Draft202012Validator, type_checker=checker))
+    return _VALIDATOR_CLASS[0]
+
+
+def _validator(schema: dict[str, Any]):
+    """A validator for the closed copy of `schema`, cached by the schema's text. The schema itself is checked
+    first: a malformed one fails here, naming the problem, and never lets output through."""
+    key = json.dumps(schema, sort_keys=True)
+    v = _VALIDATORS.get(key)
+    if v is None:
+        from jsonschema.exceptions import SchemaError
+
+        cls = _validator_class()
+        closed = closed_schema(schema)
+        try:
+            cls.check_schema(closed)
+        except SchemaError as exc:
+            raise ValueError(f"invalid output schema at {'/'.join(map(str, exc.path)) or 'its top'}: "
+                             f"{exc.message}") from None
+        if len(_VALIDATORS) > 512:
+            _VALIDATORS.clear()
+        v = _VALIDATORS[key] = cls(closed)
+    return v
+
+
+_JSON_TYPES = ((bool, "boolean"), (int, "integer"), (float, "number"), (str, "string"), (list, "array"),
+               (dict, "object"), (type(None), "null"))
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    text = json.dumps(value, ensure_ascii=False)
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def _problem(error, root: str = "$") -> str:
+    """One line for one jsonschema error: the failing path ($.events[2]) and the bound it breaks."""
+    path = root + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in error.absolute_path)
+    kw, bound, value = error.validator, error.validator_value, error.instance
+    if kw == "maxLength":
+        return f"{path}: {len(value)} characters, more than maxLength {bound}"
+    if kw == "minLength":
+        return f"{path}: {len(value)} characters, fewer than minLength {bound}"
+    if kw == "maxItems":
+        return f"{path}: {len(value)} items, more than maxItems {bound}"
+    if kw == "minItems":
+        return f"{path}: {len(value)} items, fewer than minItems {bound}"
+    if kw in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"):
+        return f"{path}: {_short(value)} is out of range ({kw} {bound})"
+    if kw == "enum":
+        return f"{path}: {_short(value)} is not one of {_short(bound, 80)}"
+    if kw == "type":
+        got = next(name for t, name in _JSON_TYPES if isinstance(value, t))
+        return f"{path}: expected {bound if isinstance(bound, str) else ' or '.join(bound)}, got {got} {_short(value)}"
+    if kw == "required":  # one error per missing key, each naming them all (deduplicated by validate_json)
+        missing = [name for name in bound if isinstance(value, dict) and name not in value]
+        return f"{path}: missing required {', '.join(repr(m) for m in missing)}"
+    if kw == "additionalProperties":
+        extra = sorted(k for k in value if k not in error.schema.get("properties", {}))
+        return f"{path}: unexpected key(s) {', '.join(repr(k) for k in extra)} (the schema allows no others)"
+    return f"{path}: {' '.join(error.message.split())[:160]}"
+
+
 def validate_json(data: Any, schema: dict[str, Any], path: str = "$") -> list[str]:
-    """A small validator for the schema subset we emit; returns problems (empty when valid)."""
-    problems: list[str] = []
-    t = schema.get("type")
-    if t == "object":
-        if not isinstance(data, dict):
-            return [f"{path}: expected object"]
-        for name in schema.get("required", []):
-            if name not in data:
-                problems.append(f"{path}: missing '{name}'")
-        for name, sub in schema.get("properties", {}).items():
-            if name in data:
-                problems += validate_json(data[name], sub, f"{path}.{name}")
-    elif t == "array":
-        if not isinstance(data, list):
-            return [f"{path}: expected array"]
-        if len(data) > schema.get("maxItems", len(data)):
-            problems.append(f"{path}: more than {schema['maxItems']} items")
-        for i, item in enumerate(data):
-            problems += validate_json(item, schema.get("items", {}), f"{path}[{i}]")
-    elif t == "string":
-        if not isinstance(data, str):
-            return [f"{path}: expected string"]
-        if "enum" in schema and data not in schema["enum"]:
-            problems.append(f"{path}: {data!r} not in {schema['enum']}")
-    elif t == "integer":
-        if not isinstance(data, int) or isinstance(data, bool):
-            return [f"{path}: expected integer"]
-        if "minimum" in schema and data < schema["minimum"]:
-            problems.append(f"{path}: below {schema['minimum']}")
-        if "maximum" in schema and data > schema["maximum"]:
-            problems.append(f"{path}: above {schema['maximum']}")
-    return problems
+    """Check `data` against `schema` with jsonschema, every bound enforced (types, required, maxLength, maxItems,
+    minimum/maximum, enum) and objects closed (closed_schema); returns one line per problem, empty when valid."""
+    errors = sorted(_validator(schema).iter_errors(data),  # by path; at one path, a wrong type first
+                    key=lambda e: (list(map(str, e.absolute_path)), e.validator != "type", str(e.validator)))
+    return list(dict.fromkeys(_problem(e, path) for e in errors))
+
+
+def _no_constant(name: str):
+    raise ValueError(f"{name} is not JSON")
 
 
 def parse_json_output(raw: str, schema: dict[str, Any]) -> dict[str, Any]:
-    """Parse constrained output strictly: no repair. Raises ValueError naming the problem."""
+    """Parse constrained output strictly: no repair. Raises ValueError with one line naming the failing path
+    and bound (callers prefix the stage)."""
     try:
-        data = json.loads(raw)
+        data = json.loads(raw, parse_constant=_no_constant)  # NaN and Infinity are not JSON
     except json.JSONDecodeError as exc:
         raise ValueError(f"not JSON ({exc.msg} at char {exc.pos}): {raw[:200]!r}") from None
+    except ValueError as exc:
+        raise ValueError(f"not JSON ({exc}): {raw[:200]!r}") from None
     problems = validate_json(data, schema)
     if problems:
-        raise ValueError("; ".join(problems[:5]))
+        more = f" (and {len(problems) - 5} more)" if len(problems) > 5 else ""
+        raise ValueError("; ".join(problems[:5]) + more)
     return data
 
 
@@ -229,6 +311,7 @@ class Backend(ABC):
     def json(self, requests: Sequence[JsonRequest]) -> list[JsonResult]:
         for r in requests:
             check_schema_bounded(r.schema)
+            _validator(r.schema)  # a malformed schema fails here, before any model call
         return self.json_batch(list(requests))
 
     def text(self, requests: Sequence[TextRequest]) -> list[TextResult]:

@@ -17,7 +17,8 @@ names the stage and the server's message.
 Settings: `cfg.model` is the served model name; `cfg.extra_body` adds server-specific request fields
 (e.g. `{repeat_penalty = 1.0}` for llama-cpp-python, whose default is 1.1); `cfg.base_url` (or OPENAI_BASE_URL) the server; the key
 is read from the variable named by `cfg.api_key_env` (default OPENAI_API_KEY). Local servers that need
-no key get a placeholder.
+no key get a placeholder. A plain http:// base_url to another machine is refused (the text would cross the network
+unencrypted) unless `cfg.allow_insecure_http`; https:// and http://localhost need nothing.
 
 `OpenAIAdapter` builds the request bodies and reads responses (tested without a server);
 `OpenAIBackend` is the thin wrapper that sends them.
@@ -33,12 +34,31 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from ..config import EmbedderConfig, LLMConfig
+from ..config import ConfigError, EmbedderConfig, LLMConfig
 from .base import (Backend, BackendError, Embedder, JsonRequest, JsonResult, LabelRequest, LabelResult, Prompt,
                    StructuredOutputError, TextRequest, TextResult, Usage, parse_json_output)
 
 INSTALL = 'pip install "openai>=1.40"  (or: pip install -e ".[openai]")'
 TOP_LOGPROBS = 20  # the most the OpenAI API returns per token
+
+
+LOCAL_HOSTS = ("localhost", "127.0.0.1", "::1")
+
+
+def check_base_url(url: str | None, allow_insecure_http: bool, section: str = "llm", from_env: bool = False) -> None:
+    """Refuse plain http:// to another machine: the conversation text and the API key would cross the network
+    unencrypted. https://, and http:// to this machine, pass; so does anything with `allow_insecure_http`. A
+    ConfigError, so that `membox` prints it as its one `error:` line."""
+    from urllib.parse import urlsplit
+
+    if not url or allow_insecure_http:
+        return
+    parts = urlsplit(url.strip())
+    if parts.scheme.lower() == "http" and (parts.hostname or "").lower() not in LOCAL_HOSTS:
+        where = f"$OPENAI_BASE_URL (used by [{section}])" if from_env else f"[{section}] base_url"
+        raise ConfigError(f"{where} {url!r} is plain http to another machine: conversation text and key would "
+                           f"cross the network unencrypted; use https://, a server on localhost, or set "
+                           f"[{section}] allow_insecure_http = true")
 
 
 def strict_schema(schema: dict[str, Any]) -> dict[str, Any]:
@@ -171,6 +191,7 @@ class OpenAIBackend(Backend):
         self.sleep: Callable[[float], None] = time.sleep
         if client is None:
             base_url = cfg.base_url or os.environ.get("OPENAI_BASE_URL") or None
+            check_base_url(base_url, cfg.allow_insecure_http, "llm", from_env=not cfg.base_url)
             key = os.environ.get(cfg.api_key_env or "OPENAI_API_KEY")
             if not key:
                 if base_url is None:
@@ -262,6 +283,7 @@ class OpenAIEmbedder(Embedder):
             raise ImportError(f"the openai embedder needs the openai package: {INSTALL}") from None
         if client is None:
             url = base_url or os.environ.get("OPENAI_BASE_URL") or None
+            check_base_url(url, cfg.allow_insecure_http, "embedder", from_env=not base_url)
             key = os.environ.get(api_key_env)
             if not key and url is None:
                 raise BackendError(f"the openai embedder needs an API key in ${api_key_env} or OPENAI_BASE_URL")

@@ -222,7 +222,9 @@ def _lock_build(mem) -> None:
     """
     import fcntl
 
-    fh = open(mem.path / "build.lock", "w")
+    from ..private import private_open
+
+    fh = private_open(mem.path / "build.lock", "w")  # 0600, as every file in a memory folder (private.py)
     try:
         fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:

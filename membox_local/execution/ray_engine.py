@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from ..config import Config
+from ..private import private_dir, write_private
 from ..records import Message
 from ..store import StoreError
 
@@ -59,10 +60,10 @@ class ShardBuilder:
         from ..memory import Memory
 
         self.shard, self.folder = shard, Path(folder)
-        self.folder.mkdir(parents=True, exist_ok=True)
+        private_dir(self.folder)
         db = self.folder / "memory.db"
         if seed is not None and not db.exists():
-            db.write_bytes(seed)  # a node without this shard yet starts from the driver's copy
+            write_private(db, seed)  # a node without this shard yet starts from the driver's copy
         self.memory = Memory(self.folder, config, backend=backend_factory,
                              embedder=embedder_factory() if embedder_factory else None)
         self.filed = 0
@@ -142,9 +143,10 @@ def build_with_ray(target: str | Path, messages: Sequence[Message], config: Conf
     manifest = read_manifest(target, jobs)
     ray = require_ray()
     assignment = assign(manifest, messages, jobs)
-    target.mkdir(parents=True, exist_ok=True)
+    private_dir(target / "shards")  # owner-only, like every memory folder (private.py)
+    private_dir(target)
     manifest["assignment"] = assignment
-    (target / MANIFEST).write_text(json.dumps(manifest, indent=1))
+    write_private(target / MANIFEST, json.dumps(manifest, indent=1))
 
     if not ray.is_initialized():
         ray.init(address=address, log_to_driver=False)
@@ -172,9 +174,9 @@ def build_with_ray(target: str | Path, messages: Sequence[Message], config: Conf
             s = runs.pop(ref)
             rep = ray.get(ref)
             if "db" in rep:
-                kept[s].mkdir(parents=True, exist_ok=True)
+                private_dir(kept[s])
                 tmp = kept[s] / "memory.db.incoming"
-                tmp.write_bytes(rep.pop("db"))
+                write_private(tmp, rep.pop("db"))
                 tmp.replace(kept[s] / "memory.db")
             reports.append(rep)
         if progress:

@@ -60,6 +60,16 @@ class Component:
     def sync(self) -> None:
         """Bring derived indexes up to date with the store (after a build, before searching)."""
 
+    def forget(self, conversation_id: str, message_ids: list[str]) -> dict[str, int]:
+        """Delete everything the system derived from these messages of one conversation (still stored when this
+        runs; the memory deletes them right after, in the same transaction), including the cached embeddings
+        of derived texts (`store.forget_vectors`), and leave what remains to be rebuilt by the next build.
+        Returns counts for the summary (e.g. {"boxes": 1, "events": 3}). A system with tables must say how:
+        the default refuses, so that no system keeps derived copies of forgotten text by omission."""
+        if self.tables is not None:
+            raise NotImplementedError(f"the {self.name!r} memory system cannot forget messages yet")
+        return {}
+
     def stats(self, conversation_id: str | None = None) -> dict[str, Any]:
         return {}
 

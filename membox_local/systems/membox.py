@@ -10,6 +10,7 @@ from ..index import VectorIndex
 from ..loom import Loom
 from ..records import Box
 from ..requests import Step
+from ..retrieval import quoting_texts
 from ..retrieval.layout import box_index_text
 from .base import Component
 from .membox_tables import BoxTables
@@ -89,6 +90,28 @@ class BoxMemory(Component):
         idx = self.sync()
         qv = self.memory.embedder.encode([question])[0]
         return [(self.store.box(i), s) for i, s in idx.search(qv, k, conversation_id)]
+
+    # ---- forgetting -----------------------------------------------------------------------------
+    def forget(self, conversation_id: str, message_ids: list[str]) -> dict[str, int]:
+        """Delete the boxes' records, events and traces derived from these messages (store.forget_boxes) and the
+        cached embeddings of the texts that quoted them: each affected box's index text, its events and the
+        chunks of its messages that held a forgotten one. The box index is rebuilt by Memory.forget."""
+        s = self.store
+        whole = {m.message_id for m in s.messages(conversation_id)} <= set(message_ids)
+        ids = [b.id for b in s.boxes(conversation_id)] if whole else s.boxes_holding(conversation_id, message_ids)
+        texts: list[str] = []
+        for bid in ids:
+            box = s.box(bid)
+            texts.append(box_index_text(box))
+            texts += [e.text for e in box.events]
+            texts += quoting_texts(box.messages, message_ids)
+        counts = s.forget_boxes(ids, message_ids)
+        if whole:
+            with s.transaction():
+                s.db.execute("DELETE FROM meta WHERE key=?", (f"weaver:{conversation_id}",))
+        counts["cached_vectors"] = s.forget_vectors(texts)
+        self.looms.pop(conversation_id, None)  # its open box and recent messages may hold forgotten ones
+        return counts
 
     # ---- reporting ------------------------------------------------------------------------------
     def stats(self, conversation_id: str | None = None) -> dict:

@@ -229,6 +229,64 @@ class BoxTables:
             out.append((Trace(r["id"], r["conversation_id"], r["summary"], [e.id for e in events]), events))
         return out
 
+    # ---- forgetting -----------------------------------------------------------------------------
+    def boxes_holding(self, conversation_id: str, message_ids: list[str]) -> list[int]:
+        """Ids of the conversation's boxes that hold one of these messages."""
+        out: set[int] = set()
+        for i in range(0, len(message_ids), 500):
+            chunk = message_ids[i:i + 500]
+            marks = ",".join("?" * len(chunk))
+            out.update(r[0] for r in self.db.execute(
+                f"SELECT DISTINCT box_id FROM messages WHERE conversation_id=? AND box_id IS NOT NULL "
+                f"AND message_id IN ({marks})", [conversation_id, *chunk]))
+        return sorted(out)
+
+    def forget_boxes(self, box_ids: list[int], message_ids: list[str]) -> dict[str, int]:
+        """Undo what the box memory derived in these boxes, which lose the messages `message_ids` (deleted by
+        the caller right after, in the same transaction). Every trace holding one of their events is deleted
+        (its summary may quote them), and the other boxes with events in it are marked unwoven, so the next
+        build weaves them again. Their events go; a box left with no message is deleted; a box keeping some
+        loses its record (topic, keywords, error) and, unless still open, goes back to 'sealed', so that the
+        next build extracts it again (Loom.finish_pending)."""
+        gone = set(message_ids)
+        counts = {"boxes": 0, "events": 0, "traces": 0, "boxes_to_extract": 0, "boxes_to_weave": 0}
+        if not box_ids:
+            return counts
+        with self.transaction():
+            events: list[int] = []
+            for bid in box_ids:
+                events += [r[0] for r in self.db.execute("SELECT id FROM events WHERE box_id=?", (bid,))]
+            traces: set[int] = set()
+            for eid in events:
+                traces.update(self.traces_of_event(eid))
+            rewoven: set[int] = set()
+            for tid in sorted(traces):
+                rewoven.update(r[0] for r in self.db.execute(
+                    "SELECT DISTINCT e.box_id FROM trace_events te JOIN events e ON e.id=te.event_id "
+                    "WHERE te.trace_id=?", (tid,)))
+                self.db.execute("DELETE FROM trace_events WHERE trace_id=?", (tid,))
+                self.db.execute("DELETE FROM traces WHERE id=?", (tid,))
+            rewoven -= set(box_ids)
+            for bid in sorted(rewoven):
+                self.db.execute("UPDATE boxes SET woven=0 WHERE id=?", (bid,))
+            for bid in box_ids:
+                counts["events"] += self.db.execute("DELETE FROM events WHERE box_id=?", (bid,)).rowcount
+                kept = [r[0] for r in self.db.execute("SELECT message_id FROM messages WHERE box_id=?", (bid,))
+                        if r[0] not in gone]
+                if not kept:
+                    self.db.execute("UPDATE messages SET box_id=NULL WHERE box_id=?", (bid,))
+                    counts["boxes"] += self.db.execute("DELETE FROM boxes WHERE id=?", (bid,)).rowcount
+                    continue
+                status = self.db.execute("SELECT status FROM boxes WHERE id=?", (bid,)).fetchone()[0]
+                self.db.execute(
+                    "UPDATE boxes SET status=?, topic='', keywords='[]', error='', woven=0 WHERE id=?",
+                    ("open" if status == "open" else "sealed", bid),
+                )
+                counts["boxes_to_extract"] += status != "open"
+            counts["traces"] = len(traces)
+            counts["boxes_to_weave"] = len(rewoven)
+        return counts
+
 
 # the shared store with the box memory's tables (what a Memory with [memory] systems = ["membox"] opens)
 BoxStore = store_class([BoxTables])
