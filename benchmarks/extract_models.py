@@ -3,7 +3,8 @@
     # 30 boxes (10 per conversation, spread evenly, 3+ messages) from the boxes-only builds that
     # benchmarks/answer_models.py made (runs/builds-boxes/cpu/<conversation>); each model extracts every box
     python benchmarks/extract_models.py run --models qwen2.5-coder-0.5b qwen2.5-coder-1.5b --threads 1
-    # print each box's messages and each model's events, numbered, for the hand check
+    # print each box's messages and each model's events (de-duplicated as the Loom stores them), numbered,
+    # for the hand check
     python benchmarks/extract_models.py show
     # the table: events per box, share lexically grounded, share grounded in the named speaker's lines, and,
     # from the hand labels (benchmarks/results/extract-mixups.json: model -> box key -> numbers of the events
@@ -82,8 +83,12 @@ def run(a) -> None:
 
 
 def _records(model: str) -> dict[str, dict]:
+    """A model's records by box key, events de-duplicated as the Loom stores them."""
+    from membox_local.loom import _dedupe
+
     path = OUT / f"{model}.jsonl"
-    return {r["box"]: r for r in map(json.loads, path.open())} if path.exists() else {}
+    recs = {r["box"]: r for r in map(json.loads, path.open())} if path.exists() else {}
+    return {k: dict(r, events=_dedupe(r.get("events", []))) for k, r in recs.items()}
 
 
 def show(a) -> None:
@@ -102,7 +107,7 @@ def show(a) -> None:
 def report(a) -> dict:
     cfg = load_config(a.config)
     boxes = {key(b): b for b in sample_boxes(Path(a.builds), a.per_conversation)}
-    labels = json.loads(LABELS.read_text()) if LABELS.exists() else {}
+    labels = {k: v for k, v in json.loads(LABELS.read_text()).items() if k != "what"} if LABELS.exists() else {}
     rows = {}
     for path in sorted(OUT.glob("*.jsonl")):
         model = path.stem

@@ -8,6 +8,7 @@ import sys
 import time
 from pathlib import Path
 
+from .backends.base import BackendError
 from .config import ConfigError, load_config
 from .ingest import InputError, load_messages
 from .weights import ModelNotFound
@@ -33,7 +34,7 @@ def _progress(total: int | None, desc: str):
 
 
 def cmd_build(args) -> int:
-    from .memory import Memory
+    from .memory import Memory, preflight_models
 
     if args.batch_size < 1 or (args.jobs is not None and args.jobs < 1):
         raise InputError(f"--batch-size and --jobs must be at least 1 (got {args.batch_size}, {args.jobs})")
@@ -46,16 +47,23 @@ def cmd_build(args) -> int:
         return _build_ray(args, messages, convs, cfg)
     if (Path(args.store) / "shards.json").exists():
         raise InputError(f"{args.store} is sharded (built with --engine ray); rerun with --engine ray")
-    with Memory(args.store, cfg, backend=_local_backend(cfg, args.jobs)) as mem:
-        _build_local(mem, args, messages, convs)
-    return 0
+    backend = _local_backend(cfg, args.jobs)
+    preflight_models(cfg)  # a missing or broken model, a server that does not answer: one line, nothing written
+    with Memory(args.store, cfg, backend=backend) as mem:
+        return _build_local(mem, args, messages, convs)
 
 
-def _build_local(mem, args, messages, convs: list[str]) -> None:
+def _build_local(mem, args, messages, convs: list[str]) -> int:
+    with mem.writing("membox build"):  # a second writer is refused, naming this process; readers work on
+        return _build_locked(mem, args, messages, convs)
+
+
+def _build_locked(mem, args, messages, convs: list[str]) -> int:
     from .execution.batch import build_conversations
 
     cfg = mem.config
     before = len(mem.store.message_rows())
+    mem.check_build_settings()  # a store built with other settings is refused before a message is written
     added = mem.store.add_messages(messages)
     pending = sum(len(mem.store.pending_messages(c)) for c in convs)
     print(f"{args.store}: {added} new messages ({before} already stored), {pending} to file, "
@@ -65,8 +73,8 @@ def _build_local(mem, args, messages, convs: list[str]) -> None:
     with _progress(pending, "loom") as bar:
         report = build_conversations(mem, convs, args.batch_size, seal=not args.keep_open, progress=bar.update,
                                      on_conversation=lambda c: bar.set_postfix_str(f"done {c}", refresh=False))
-    _finish_build(mem, convs, args.store, time.time() - t0, {"batched_calls": report.calls,
-                                                             "requests": report.requests})
+    return _finish_build(mem, convs, args.store, time.time() - t0, {"batched_calls": report.calls,
+                                                                    "requests": report.requests})
 
 
 def auto_jobs(cfg, conversations: int, batch_size: int) -> int:
@@ -96,6 +104,7 @@ def _local_backend(cfg, jobs: int):
 def _build_ray(args, messages, convs, cfg) -> int:
     from .execution.ray_engine import build_with_ray, read_manifest, require_ray
     from .memory import Memory
+    from .store import WriteLock
 
     read_manifest(Path(args.store), args.jobs)  # a local-engine store or another shard count: refused first
     try:
@@ -106,20 +115,21 @@ def _build_ray(args, messages, convs, cfg) -> int:
     print(f"{args.store}: {len(messages)} messages, {len(convs)} conversation(s) over {args.jobs} Ray actor(s), "
           f"config {cfg.name}, batch size {args.batch_size}", file=sys.stderr)
     t0 = time.time()
-    with _progress(None, "loom") as bar:
+    with WriteLock(args.store, "membox build --engine ray"), _progress(None, "loom") as bar:
         report = build_with_ray(args.store, messages, cfg, args.jobs, args.batch_size, seal=not args.keep_open,
                                 address=args.ray_address, shard_dir=args.shard_dir, cpus_per_job=args.cpus_per_job,
                                 gpus_per_job=args.gpus_per_job, progress=bar.update,
                                 on_pending=lambda n: bar.reset(total=n))
     with Memory(args.store, cfg) as mem:
-        _finish_build(mem, convs, args.store, time.time() - t0,
-                      {"engine": "ray", "per_shard": [{k: r[k] for k in ("shard", "conversations", "messages",
-                                                                         "wall_s", "calls")}
-                                                      for r in report["per_shard"]]})
-    return 0
+        return _finish_build(mem, convs, args.store, time.time() - t0,
+                             {"engine": "ray", "per_shard": [{k: r[k] for k in ("shard", "conversations", "messages",
+                                                                                "wall_s", "calls")}
+                                                             for r in report["per_shard"]]})
 
 
-def _finish_build(mem, convs: list[str], store: str, wall_s: float, extra: dict) -> None:
+def _finish_build(mem, convs: list[str], store: str, wall_s: float, extra: dict) -> int:
+    """Print the build's stats and warnings; 1 (with an error line) when more boxes failed than
+    [extract] max_failed_share allows, else 0."""
     mem.sync()
     stats = mem.stats()
     stats["wall_s"] = round(wall_s, 2)
@@ -128,6 +138,15 @@ def _finish_build(mem, convs: list[str], store: str, wall_s: float, extra: dict)
     for comp in mem.components:
         for line in comp.warnings(convs):
             print(f"warning: {line}", file=sys.stderr)
+    counts = [comp.failures(convs) for comp in mem.components]
+    failed, total = sum(c[0] for c in counts), sum(c[1] for c in counts)
+    limit = mem.config.extract.max_failed_share
+    if total and failed / total > limit:
+        print(f"error: {failed} of {total} boxes failed ({failed / total:.0%}, more than [extract] max_failed_share "
+              f"= {limit:g}); the reasons: `membox show {store} --failed`; rerun the same build to retry them",
+              file=sys.stderr)
+        return 1
+    return 0
 
 
 def cmd_ask(args) -> int:
@@ -165,7 +184,7 @@ def cmd_show(args) -> int:
         print_traces(store, args.conversation)
         return 0
     for box in store.boxes(args.conversation):
-        if args.failed and box.status != "failed":
+        if args.failed and box.status != "failed" and not box.error:  # extraction or weaving failed
             continue
         first = box.messages[0].message_id if box.messages else "-"
         last = box.messages[-1].message_id if box.messages else "-"
@@ -269,7 +288,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("store")
     s.add_argument("--conversation")
     s.add_argument("--traces", action="store_true")
-    s.add_argument("--failed", action="store_true", help="only boxes whose extraction failed")
+    s.add_argument("--failed", action="store_true", help="only boxes whose extraction (or weaving) failed")
     s.add_argument("--messages", action="store_true", help="print each box's messages")
     s.set_defaults(func=cmd_show)
 
@@ -301,9 +320,15 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except (InputError, ConfigError, ModelNotFound, StoreError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+    except (InputError, ConfigError, ModelNotFound, StoreError, BackendError) as exc:
+        print(f"error: {one_line(str(exc))}", file=sys.stderr)
         return 2
+
+
+def one_line(text: str) -> str:
+    """An error message as one printable line: a newline, NUL, escape or lone surrogate the input put in it
+    (an id, a key) is shown escaped, as repr() shows it."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 if __name__ == "__main__":

@@ -135,6 +135,9 @@ class ExtractConfig:
     # swapped fall below min_grounding, are kept flagged (`membox show`) and left out of traces
     speaker_grounding: bool = True
     max_tokens: int = _opt(400, lo=16)
+    # `membox build` ends with an error (exit code 1) when more than this share of its sealed boxes failed
+    # extraction (the model raised, timed out or wrote unparsable output); not a build setting
+    max_failed_share: float = _opt(0.2, lo=0.0, hi=1.0)
 
 
 @dataclass
@@ -242,7 +245,7 @@ def validate(cfg: Config, where: str = "config") -> None:
     from .systems import SYSTEMS
 
     for name in cfg.memory.systems:
-        if name not in SYSTEMS:
+        if not isinstance(name, str) or name not in SYSTEMS:
             raise ConfigError(f"{where} [memory] systems: unknown memory system {name!r}; "
                               f"known: {', '.join(SYSTEMS)}")
     if not cfg.memory.systems or len(set(cfg.memory.systems)) != len(cfg.memory.systems):
@@ -282,13 +285,16 @@ def resolve_config_path(name_or_path: str | Path) -> Path:
     """A path the user passes (a .toml file that exists), else the name of a package config. The current
     directory never shadows the package's configs: pass ./configs/x.toml to use a file there."""
     p = Path(name_or_path)
-    if p.suffix == ".toml":
-        if p.is_file():
-            return p
-        raise ConfigError(f"config file {p} not found")
-    candidate = CONFIG_DIR / f"{name_or_path}.toml"
-    if candidate.is_file() and "/" not in str(name_or_path):
-        return candidate
+    try:
+        if p.suffix == ".toml":
+            if p.is_file():
+                return p
+            raise ConfigError(f"config file {p} not found")
+        candidate = CONFIG_DIR / f"{name_or_path}.toml"
+        if candidate.is_file() and "/" not in str(name_or_path):
+            return candidate
+    except OSError as exc:  # a name too long for the file system
+        raise ConfigError(f"config {str(name_or_path)[:80]!r}...: cannot read it ({exc.strerror})") from None
     known = sorted(x.stem for x in CONFIG_DIR.glob("*.toml")) if CONFIG_DIR.exists() else []
     raise ConfigError(f"config '{name_or_path}' not found: pass a .toml path or one of {known}")
 
@@ -298,12 +304,17 @@ def read_content_file(name: str) -> tuple[Path, dict[str, Any]]:
     working directory); returns (path, its JSON object)."""
     p = Path(name)
     candidates = [p] if p.is_absolute() else [CONFIG_DIR / p, p]
-    path = next((c for c in candidates if c.is_file()), None)
+    try:
+        path = next((c for c in candidates if c.is_file()), None)
+    except OSError as e:  # a name too long for the file system
+        raise ConfigError(f"[loom] content_vector: {name[:80]!r}: cannot read it ({e.strerror})") from None
     if path is None:
         raise ConfigError(f"[loom] content_vector: {name!r} not found (looked at {', '.join(map(str, candidates))})")
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-    except ValueError as e:
+    except OSError as e:
+        raise ConfigError(f"[loom] content_vector: {name[:80]!r}: cannot read it ({e.strerror})") from None
+    except (ValueError, RecursionError) as e:
         raise ConfigError(f"{path}: not a content vector file (not JSON: {e})") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: not a content vector file (needs a JSON object with a list 'vector')")
@@ -338,6 +349,8 @@ def _read_toml(path: Path) -> dict[str, Any]:
             return tomllib.load(fh)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+    except RecursionError:
+        raise ConfigError(f"{path}: not valid TOML: nested too deeply") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{path}: cannot read it ({exc})") from None
 

@@ -6,6 +6,7 @@ each item's conversation, is saved beside the index so searches can be limited t
 from __future__ import annotations
 
 import json
+import os
 import threading
 from pathlib import Path
 
@@ -40,13 +41,19 @@ class VectorIndex:
 
         tighten(self.path)  # files an older version wrote 0644 (private.py)
         tighten(meta)
-        data = json.loads(meta.read_text())
+        try:
+            data = json.loads(meta.read_text())
+            ids, conv = list(data["ids"]), list(data["conv"])
+        except (ValueError, KeyError, TypeError):
+            return  # an id map a killed save left unreadable (older versions wrote it in place): rebuilt by sync()
         if data.get("dim") != self.dim:
             return  # built with another embedder: rebuilt by sync()
         index = hnswlib.Index(space=self.space, dim=self.dim)
-        index.load_index(str(self.path), max_elements=max(len(data["ids"]), 64))
+        index.load_index(str(self.path), max_elements=max(len(ids), 64))
+        if index.get_current_count() != len(ids) or len(conv) != len(ids):
+            return  # a save killed between its two files: the pair disagrees, rebuilt by sync()
         index.set_ef(self.ef)
-        self._index, self.ids, self.conv = index, data["ids"], data["conv"]
+        self._index, self.ids, self.conv = index, ids, conv
         self._label_of = {i: n for n, i in enumerate(self.ids)}
 
     def __contains__(self, item_id: int) -> bool:
@@ -98,11 +105,17 @@ class VectorIndex:
             if self._index is None:
                 return
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = self.path.with_suffix(".tmp")
+            # files of this save's own (readers of one memory in several processes or threads save its indexes
+            # too), renamed into place
+            own = f"{os.getpid()}-{threading.get_ident()}"
+            tmp = self.path.with_suffix(f".{own}.tmp")
             # 0600 (private.py): hnswlib writes with the umask's mode, into a file it truncates (keeping its mode)
             private_file(tmp)
             self._index.save_index(str(tmp))
             tighten(tmp)
+            # the id map written whole beside its final name, then both renamed: a save a kill interrupts leaves
+            # each file complete, old or new; a pair that disagrees is rebuilt on load (_load)
+            ids_tmp = self.path.with_suffix(f".ids.{own}.tmp")
+            write_private(ids_tmp, json.dumps({"dim": self.dim, "ids": self.ids, "conv": self.conv}))
             tmp.replace(self.path)
-            write_private(self.path.with_suffix(".ids.json"),
-                          json.dumps({"dim": self.dim, "ids": self.ids, "conv": self.conv}))
+            ids_tmp.replace(self.path.with_suffix(".ids.json"))

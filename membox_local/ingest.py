@@ -5,12 +5,19 @@ Two formats:
 - JSONL of messages, one object per line:
     {"conversation_id": "u1", "message_id": "m1", "speaker": "Ann", "text": "...",
      "session": "1", "session_date": "8 May 2023"}      # session and session_date optional
-  Messages are taken in file order within each conversation.
+  Messages are taken in file order within each conversation. Field values are strings or integers (not booleans,
+  null, fractions, lists, objects); unknown fields, blank required ones, a repeated (conversation_id, message_id)
+  are refused.
+Files must be UTF-8; a string with a lone surrogate (a JSON escape such as \\ud800) is refused, as SQLite stores
+UTF-8. Every refusal is an InputError naming the file and, where there is one, the line (JSONL) or the sample,
+session and turn (LoCoMo), and the field. Memory.add checks the dicts it is given with the JSONL rules
+(`as_messages`).
 """
 from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from pathlib import Path
 
 from .records import Message
@@ -24,15 +31,57 @@ def _session_key(name: str) -> int:
     return int(name.rsplit("_", 1)[1])
 
 
+def _exists(path: Path) -> bool:
+    try:
+        return path.exists()
+    except OSError as exc:  # a name too long for the file system
+        raise InputError(f"{path}: cannot read it ({exc.strerror})") from None
+
+
+def _parse_json(text: str, where: str) -> object:
+    """json.loads with every failure an InputError: malformed JSON, an integer of more digits than Python
+    converts, nesting deeper than the parser recurses."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{where}: not valid JSON ({exc.msg}, line {exc.lineno})") from None
+    except ValueError as exc:
+        raise InputError(f"{where}: not valid JSON ({exc})") from None
+    except RecursionError:
+        raise InputError(f"{where}: not valid JSON (nested too deeply)") from None
+
+
 def read_json(path: str | Path, hint: str = "") -> object:
-    """Parse a JSON file; a missing or malformed file is an InputError naming it."""
+    """Parse a JSON file; a missing, unreadable (a directory), non-UTF-8 or malformed file is an InputError
+    naming it."""
     path = Path(path)
-    if not path.exists():
+    if not _exists(path):
         raise InputError(f"{path}: no such file{hint}")
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise InputError(f"{path}: not valid JSON ({exc.msg}, line {exc.lineno})") from None
+        data = path.read_bytes()
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read it ({exc.strerror})") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise InputError(f"{path} line {line}: not valid UTF-8 (byte 0x{data[exc.start]:02x})") from None
+    return _parse_json(text, str(path))
+
+
+def _check_unicode(msg: Message, where: str, names: dict[str, str] | None = None) -> Message:
+    """A string with a lone surrogate (a JSON escape such as \\ud800) cannot be stored as UTF-8: refused."""
+    for f in ("conversation_id", "message_id", "speaker", "text", "session", "session_date"):
+        value = getattr(msg, f)
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise InputError(f"{where}: field '{(names or {}).get(f, f)}' is not valid Unicode (a lone surrogate "
+                             f"{value[exc.start]!r} at character {exc.start})") from None
+    return msg
+
+
+LOCOMO_FIELDS = {"conversation_id": "sample_id", "message_id": "dia_id", "session_date": "date_time"}
 
 
 def load_locomo(path: str | Path, conversations: list[str] | None = None) -> list[Message]:
@@ -50,26 +99,47 @@ def load_locomo(path: str | Path, conversations: list[str] | None = None) -> lis
         where = f"{path} sample {n}"
         if not isinstance(sample, dict) or "sample_id" not in sample or "conversation" not in sample:
             raise InputError(f"{where}: needs 'sample_id' and 'conversation'")
-        conv_id = str(sample["sample_id"])
+        sid = sample["sample_id"]
+        if isinstance(sid, bool) or not isinstance(sid, (str, int)) or not str(sid).strip():
+            raise InputError(f"{where}: 'sample_id' must be a non-empty string, got {sid!r}")
+        conv_id = str(sid)
         if conversations and conv_id not in conversations:
             continue
         conv = sample["conversation"]
-        sessions = sorted((k for k in conv if re.fullmatch(r"session_\d+", k)), key=_session_key)
+        if not isinstance(conv, dict):
+            raise InputError(f"{where} ({conv_id!r}): 'conversation' must be an object of sessions")
+        names = [k for k in conv if re.fullmatch(r"session_\d+", k)]
+        if any(len(k) > 20 for k in names):
+            raise InputError(f"{where} ({conv_id!r}): session number too large in "
+                             f"{next(k for k in names if len(k) > 20)[:40]!r}...")
+        sessions = sorted(names, key=_session_key)
+        for a, b in zip(sessions, sessions[1:]):
+            if _session_key(a) == _session_key(b):
+                raise InputError(f"{where} ({conv_id!r}): {a} and {b} name the same session")
         for s in sessions:
-            date = str(conv.get(f"{s}_date_time", ""))
+            date = conv.get(f"{s}_date_time", "")
+            if not isinstance(date, str):
+                raise InputError(f"{where} ({conv_id!r}) {s}_date_time: expected a string, got {date!r:.80}")
             turns = conv[s]
             if not isinstance(turns, list):
-                raise InputError(f"{where} ({conv_id}) {s}: expected a list of turns")
+                raise InputError(f"{where} ({conv_id!r}) {s}: expected a list of turns")
             for k, t in enumerate(turns):
-                if not isinstance(t, dict) or not all(isinstance(t.get(f), str) and t.get(f) for f in ("speaker", "dia_id")) \
+                if not isinstance(t, dict) or not all(isinstance(t.get(f), str) and t.get(f).strip()
+                                                      for f in ("speaker", "dia_id")) \
                         or not isinstance(t.get("text"), str):
-                    raise InputError(f"{where} ({conv_id}) {s} turn {k}: needs string 'speaker', 'dia_id', 'text'")
+                    raise InputError(f"{where} ({conv_id!r}) {s} turn {k}: needs string 'speaker', 'dia_id', 'text'")
                 text = t["text"]
-                if t.get("blip_caption"):
-                    text = f"{text} [shares a photo: {t['blip_caption']}]"
+                caption = t.get("blip_caption")
+                if caption is not None and not isinstance(caption, str):
+                    raise InputError(f"{where} ({conv_id!r}) {s} turn {k}: 'blip_caption' must be a string")
+                if caption:
+                    text = f"{text} [shares a photo: {caption}]"
                 if not text.strip():
-                    raise InputError(f"{where} ({conv_id}) {s} turn {k} ({t['dia_id']}): empty text")
-                out.append(Message(conv_id, t["dia_id"], t["speaker"], text, str(_session_key(s)), date))
+                    raise InputError(f"{where} ({conv_id!r}) {s} turn {k} ({t['dia_id']!r}): empty text")
+                out.append(_check_unicode(Message(conv_id, t["dia_id"], t["speaker"], text, str(_session_key(s)),
+                                                  date), f"{where} ({conv_id!r}) {s} turn {k}", LOCOMO_FIELDS))
+    if not out:
+        raise InputError(f"{path}: no messages")
     _check_unique(out, path)
     return out
 
@@ -78,33 +148,75 @@ REQUIRED = ("conversation_id", "message_id", "speaker", "text")
 OPTIONAL = ("session", "session_date")
 
 
+def _field(value: object) -> bool:
+    """A field's value may be a string or an integer (ids), never a boolean, a number with a fraction, null."""
+    return isinstance(value, (str, int)) and not isinstance(value, bool)
+
+
+def message_from_record(rec: object, where: str) -> Message:
+    """A Message from one record (a JSONL line's object, or a dict given to Memory.add), every field checked:
+    the required ones present and non-empty, no unknown ones, strings or integers, valid Unicode."""
+    if not isinstance(rec, Mapping):
+        raise InputError(f"{where}: expected a JSON object")
+    unknown = [k for k in rec if k not in REQUIRED + OPTIONAL]
+    if unknown:
+        raise InputError(f"{where}: unknown fields {sorted(map(str, unknown))}; allowed: {REQUIRED + OPTIONAL}")
+    for f in REQUIRED:
+        if not _field(rec.get(f)) or not str(rec[f]).strip():
+            raise InputError(f"{where}: field '{f}' is missing or empty")
+    for f in OPTIONAL:
+        if f in rec and not _field(rec[f]):
+            raise InputError(f"{where}: field '{f}' must be a string, got {rec[f]!r:.80}")
+    return _check_unicode(Message(
+        str(rec["conversation_id"]), str(rec["message_id"]), str(rec["speaker"]), str(rec["text"]),
+        str(rec.get("session", "1")), str(rec.get("session_date", "")),
+    ), where)
+
+
+def as_messages(items: object, where: str = "add") -> list[Message]:
+    """Memory.add's argument checked in full before anything is written: Message objects or dicts with the
+    JSONL fields (see message_from_record)."""
+    if isinstance(items, (str, bytes, Mapping, Message)):
+        raise InputError(f"{where}: expected a list of messages, got {type(items).__name__}")
+    try:
+        items = list(items)
+    except TypeError:
+        raise InputError(f"{where}: expected a list of messages, got {type(items).__name__}") from None
+    out = []
+    for n, item in enumerate(items):
+        if isinstance(item, Message):
+            item = {f: getattr(item, f) for f in REQUIRED + OPTIONAL}
+        elif not isinstance(item, Mapping):
+            raise InputError(f"{where}: message {n}: expected a Message or a dict, got {type(item).__name__}")
+        out.append(message_from_record(item, f"{where}: message {n}"))
+    return out
+
+
 def load_jsonl(path: str | Path) -> list[Message]:
     path = Path(path)
     out: list[Message] = []
-    with open(path, encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            where = f"{path} line {lineno}"
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise InputError(f"{where}: not valid JSON ({exc.msg})") from None
-            if not isinstance(rec, dict):
-                raise InputError(f"{where}: expected a JSON object")
-            unknown = set(rec) - set(REQUIRED) - set(OPTIONAL)
-            if unknown:
-                raise InputError(f"{where}: unknown fields {sorted(unknown)}; allowed: {REQUIRED + OPTIONAL}")
-            for f in REQUIRED:
-                if not isinstance(rec.get(f), (str, int)) or not str(rec[f]).strip():
-                    raise InputError(f"{where}: field '{f}' is missing or empty")
-            out.append(Message(
-                str(rec["conversation_id"]), str(rec["message_id"]), str(rec["speaker"]), str(rec["text"]),
-                str(rec.get("session", "1")), str(rec.get("session_date", "")),
-            ))
+    seen: dict[tuple[str, str], int] = {}
+    try:
+        with open(path, encoding="utf-8", errors="surrogateescape") as fh:
+            for lineno, line in enumerate(fh, 1):
+                if not line.strip():
+                    continue
+                where = f"{path} line {lineno}"
+                try:
+                    line.encode("utf-8")
+                except UnicodeEncodeError as exc:  # an undecodable byte, kept as a surrogate by surrogateescape
+                    raise InputError(f"{where}: not valid UTF-8 (byte 0x{ord(line[exc.start]) - 0xDC00:02x} at "
+                                     f"column {exc.start + 1})") from None
+                m = message_from_record(_parse_json(line, where), where)
+                first = seen.setdefault((m.conversation_id, m.message_id), lineno)
+                if first != lineno:
+                    raise InputError(f"{where}: message id {m.message_id} appears twice in conversation "
+                                     f"{m.conversation_id} (first on line {first})")
+                out.append(m)
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read it ({exc.strerror})") from None
     if not out:
         raise InputError(f"{path}: no messages")
-    _check_unique(out, path)
     return out
 
 
@@ -120,11 +232,15 @@ def _check_unique(messages: list[Message], path: Path) -> None:
 def load_messages(path: str | Path, conversations: list[str] | None = None) -> list[Message]:
     """Load a LoCoMo .json or a messages .jsonl file."""
     path = Path(path)
-    if not path.exists():
+    if not _exists(path):
         raise InputError(f"{path}: no such file")
     if path.suffix == ".jsonl":
         msgs = load_jsonl(path)
         if conversations:
+            known = list(dict.fromkeys(m.conversation_id for m in msgs))
+            missing = [c for c in conversations if c not in known]
+            if missing:  # as load_locomo: a conversation that is not in the file is an error, not an empty build
+                raise InputError(f"{path}: no conversation {missing}; the file has {known}")
             msgs = [m for m in msgs if m.conversation_id in conversations]
         return msgs
     return load_locomo(path, conversations)

@@ -48,19 +48,29 @@ def _name_pattern(name: str) -> re.Pattern:
 def speaker_grounding(event: str, messages: Sequence[Message]) -> float:
     """Grounding in the lines of the person the event is about: the first speaker of `messages` the event
     names is its subject, and its content words (speaker names left out) must be found in that speaker's own
-    lines or in lines that name them. "Ben bought a red bicycle" scores low when only Ana's lines say so.
+    lines or in lines that name them ("Ana and Ben ...": in the lines of each). "Ben bought a red bicycle" scores
+    low when only Ana's lines say so.
     An event that names no speaker gets the plain lexical grounding against every line."""
     speakers = list(dict.fromkeys(m.speaker for m in messages if m.speaker.strip()))
     named = [(match.start(), sp) for sp in speakers if (match := _name_pattern(sp).search(event))]
     if not named:
         return grounding(event, "\n".join(m.render() for m in messages))
-    subject = min(named)[1]
+    named.sort()
+    subjects = [named[0][1]]
+    # "Ana and Ben went ...": a joint claim must hold for each of them
+    if len(named) > 1 and re.match(r"\s+and\s+$", event[named[0][0] + len(named[0][1].split()[0]):named[1][0]]):
+        subjects.append(named[1][1])
     rest = event
     for sp in speakers:
         rest = _name_pattern(sp).sub(" ", rest)
-    about = _name_pattern(subject)
-    support = "\n".join(m.text for m in messages if m.speaker == subject or about.search(m.text))
-    return grounding(rest, support) if content_words(rest) else 1.0
+    if not content_words(rest):
+        return 1.0
+
+    def support(subject: str) -> str:
+        about = _name_pattern(subject)
+        return "\n".join(m.text for m in messages if m.speaker == subject or about.search(m.text))
+
+    return min(grounding(rest, support(s)) for s in subjects)
 
 
 def event_grounding(event: str, box: Box, by_speaker: bool) -> float:

@@ -8,7 +8,9 @@
 """
 from __future__ import annotations
 
+import functools
 import json
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable
@@ -18,11 +20,12 @@ from .config import Config, load_config
 from .embed import CachedEmbedder, Embedder, make_embedder
 from .execution.driver import Driver
 from .index import VectorIndex
+from .ingest import InputError, as_messages
 from .private import private_dir
 from .prompts import answer_prompt
 from .records import Box, Message
 from .retrieval import RETRIEVERS, Context, make_retriever, quoting_texts
-from .store import StoreError, built_systems, store_class
+from .store import StoreError, WriteLock, built_systems, store_class
 from .systems import SYSTEMS, component_class, tables_for
 from .systems.base import Component
 
@@ -34,6 +37,44 @@ class Answer:
     question: str
 
 
+def check_question(question: object, where: str) -> None:
+    """A question is a non-empty string that can be written as UTF-8 (no lone surrogate): else an InputError."""
+    if not isinstance(question, str):
+        raise InputError(f"{where}: the question must be a string, got {type(question).__name__}")
+    if not question.strip():
+        raise InputError(f"{where}: the question is empty")
+    try:
+        question.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InputError(f"{where}: the question is not valid Unicode (a lone surrogate at character "
+                         f"{exc.start})") from None
+
+
+def preflight_models(config: Config, llm: bool = True, embedder: bool = True) -> None:
+    """The config's model checks, without loading a model (see Memory.check_models): [llm] through its backend's
+    preflight (llama.cpp: the GGUF file is found and is one; openai: the server answers), and a
+    sentence-transformers [embedder] is found. `membox build` runs them before it creates the memory folder."""
+    if llm:
+        from .backends import preflight
+
+        preflight(config.llm)
+    if embedder and config.embedder.backend == "sentence-transformers":
+        from .weights import resolve_model
+
+        resolve_model(config.embedder.model)
+
+
+def _writes(what: str):
+    """A method that writes the store runs holding the folder's write lock (`Memory.writing`)."""
+    def wrap(method):
+        @functools.wraps(method)
+        def locked(self, *args, **kw):
+            with self.writing(what):
+                return method(self, *args, **kw)
+        return locked
+    return wrap
+
+
 class Memory:
     """A memory folder: the shared store plus the memory systems (components) the config names."""
 
@@ -41,6 +82,9 @@ class Memory:
                  backend: Backend | Callable[[], Backend] | None = None, embedder: Embedder | None = None,
                  answer_backend: Backend | Callable[[], Backend] | None = None):
         self.path = Path(path)
+        self._write_lock: WriteLock | None = None  # held while a write runs (writing), or till close (hold_write_lock)
+        self._writer_token: str | None = None  # the lock's token when this Memory last took it
+        self._models_checked = False
         private_dir(self.path)  # owner-only, 0700 (private.py); a folder an older version made 0755 is tightened
         self.config = config if isinstance(config, Config) else load_config(config)
         built = built_systems(self.path / "memory.db")
@@ -135,6 +179,53 @@ class Memory:
             raise StoreError(f"{self.path} was built with other settings ({shown}{' ...' if len(diff) > 6 else ''}); "
                              f"continue it with the settings it was built with, or build into a new memory folder")
 
+    def check_models(self) -> None:
+        """Find model problems before anything is filed: a model that is missing (a name not in the manifest, a
+        path that does not exist, a package not installed), a file that is not a model, a server that does not
+        answer. Raises one clear error (ModelNotFound, BackendError, ConfigError) instead of failing halfway
+        through a build. Checks the config's [llm] when this Memory makes its backend itself (a backend passed
+        in is the caller's, already made), and the config's sentence-transformers embedder when none was
+        passed."""
+        if not self._models_checked:
+            preflight_models(self.config, llm=self._backend is None, embedder=self._embedder is None)
+            self._models_checked = True
+
+    def has_work(self, conversations: Iterable[str] | None = None) -> bool:
+        """Whether a build has anything to do in these conversations (default: all): messages to file, boxes to
+        seal, extract or weave."""
+        convs = self.store.conversations() if conversations is None else conversations
+        return any(comp.todo(c) for c in convs for comp in self.components)
+
+    # ---- the write lock -------------------------------------------------------------------------
+    @contextmanager
+    def writing(self, what: str):
+        """Hold the folder's write lock (store.WriteLock) while a write operation runs: a second writer, in this
+        process or another, is refused at once (StoreBusy, one line naming this one); readers never take it.
+        Re-entrant: an operation inside another, or after hold_write_lock, keeps the lock it finds."""
+        if self._write_lock is not None:
+            yield
+            return
+        lock = self._take_write_lock(what)
+        try:
+            yield
+        finally:
+            self._write_lock = None
+            lock.release()
+
+    def hold_write_lock(self, what: str) -> WriteLock:
+        """Take the write lock and keep it until close() (the LoCoMo evaluation holds it over its builds)."""
+        return self._write_lock if self._write_lock is not None else self._take_write_lock(what)
+
+    def _take_write_lock(self, what: str) -> WriteLock:
+        lock = WriteLock(self.path, what).acquire()
+        if self._writer_token is not None and lock.previous != self._writer_token:
+            # another writer held the lock since this Memory last did: what the components keep between calls
+            # (the Loom's open box) may be stale, and is read again from the store
+            for comp in self.components:
+                comp.reset()
+        self._writer_token, self._write_lock = lock.token, lock
+        return lock
+
     # ---- writing --------------------------------------------------------------------------------
     def conversation_step(self, conversation_id: str, seal: bool, progress: Callable[[int], None] | None = None):
         """The generator step that processes every pending message of one conversation, system by system
@@ -150,7 +241,14 @@ class Memory:
         Returns how many messages were new. Messages are written before they are processed, so an
         interrupted call is resumed by calling `add` again (with the same or no messages).
         """
-        msgs = [m if isinstance(m, Message) else Message(**m) for m in messages]
+        # every message is checked (InputError) before anything is written, the write lock's file included
+        return self._add(as_messages(messages), seal, progress)
+
+    @_writes("Memory.add")
+    def _add(self, msgs: list[Message], seal: bool, progress: Callable[[int], None] | None) -> int:
+        if msgs or self.has_work():
+            self.check_models()  # a missing or broken model is reported before the first message is filed
+        self.check_build_settings()  # other build settings are refused before a message is written
         added = self.store.add_messages(msgs)
         convs = list(dict.fromkeys([m.conversation_id for m in msgs])) or self.store.conversations()
         driver = self.driver()
@@ -158,10 +256,14 @@ class Memory:
             driver.drive(self.conversation_step(conv, seal, progress), conv)
         return added
 
+    @_writes("Memory.seal")
     def seal(self, conversation_id: str | None = None) -> None:
         self.check_build_settings()
+        convs = [conversation_id] if conversation_id else self.store.conversations()
+        if self.has_work(convs):
+            self.check_models()
         driver = self.driver()
-        for conv in [conversation_id] if conversation_id else self.store.conversations():
+        for conv in convs:
             for comp in self.components:
                 driver.drive(comp.seal_step(conv), conv)
 
@@ -171,6 +273,7 @@ class Memory:
             comp.sync()
 
     # ---- forgetting -----------------------------------------------------------------------------
+    @_writes("Memory.forget")
     def forget(self, conversation_id: str, message_ids: Iterable[str] | None = None) -> dict[str, int]:
         """Erase messages of one conversation (every one of them when `message_ids` is None) and all that was
         derived from them, so that their text is in no file of the folder any more.
@@ -246,8 +349,7 @@ class Memory:
         return convs[0] if len(convs) == 1 else None
 
     def search(self, question: str, k: int | None = None, conversation_id: str | None = None) -> list[tuple[Box, float]]:
-        if not question.strip():
-            raise ValueError("search: the question is empty")
+        check_question(question, "search")
         return self.system("membox").search(question, k or self.config.retrieve.k,
                                             self._default_conversation(conversation_id))
 
@@ -259,6 +361,7 @@ class Memory:
 
     def context(self, question: str, conversation_id: str | None = None, mode: str | None = None,
                 k: int | None = None, budget_tokens: int | None = None) -> Context:
+        check_question(question, "retrieve")
         rc = self.config.retrieve
         mode = mode or rc.mode
         if mode in RETRIEVERS and mode not in self.modes():
@@ -301,6 +404,9 @@ class Memory:
         if isinstance(self._backend, Backend):
             self._backend.close()
         self.store.close()
+        if self._write_lock is not None:
+            self._write_lock.release()
+            self._write_lock = None
 
     def __enter__(self):
         return self

@@ -89,7 +89,11 @@ class FakeBackend(Backend):
                 raw = json.dumps(self._weave(r))
             else:
                 raw = json.dumps(self._extract(r))
-            out.append(JsonResult(parse_json_output(raw, r.schema), self._usage(r, raw), raw))
+            try:
+                out.append(JsonResult(parse_json_output(raw, r.schema), self._usage(r, raw), raw))
+            except ValueError as exc:  # as the real backends: output the schema refuses is that request's error
+                out.append(StructuredOutputError(f"{r.stage}: output did not match the schema: {exc}", raw,
+                                                 self._usage(r, raw)))
         return out
 
     def _extract(self, r) -> dict:

@@ -118,9 +118,14 @@ def _join_chunks(spec: ModelSpec) -> Path:
 
 def resolve_model(name_or_path: str, manifest: dict[str, ModelSpec] | None = None) -> Path:
     """Return a local path for a manifest name or an existing file/folder path."""
+    if not name_or_path.strip():
+        raise ModelNotFound("no model named: the config's model is empty; name one in the manifest or a path")
     p = Path(os.path.expanduser(name_or_path))
-    if p.exists():
-        return p
+    try:
+        if p.exists():
+            return p
+    except OSError:  # a name too long for a path: it can still be a manifest name
+        pass
     manifest = manifest if manifest is not None else load_manifest()
     if name_or_path not in manifest:
         raise ModelNotFound(

@@ -72,6 +72,8 @@ BOX = [Message("c", "1", "Ana", "I finally bought a red bicycle last week!"),
     ("Mrs. Okafor used to play in an orchestra", True),
     ("Ben is learning the cello from Mrs. Okafor", True),
     ("Ana learned to play the cello", False),
+    ("Ana and Ben bought a red bicycle", False),  # a joint claim holds for each person named
+    ("Ana and Mrs. Okafor", True),  # nothing claimed beyond the names
 ])
 def test_events_are_grounded_in_the_lines_of_the_person_they_name(event, ok):
     assert (speaker_grounding(event, BOX) >= 0.5) == ok

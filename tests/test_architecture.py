@@ -24,6 +24,7 @@ LAYERS: list[tuple[str, set[str]]] = [
     ("memory", {"memory"}),
     ("applications", {"__init__", "execution.ray_engine", "show", "compare", "cli", "evaluation",
                       "evaluation.scorers", "evaluation.segmentation", "evaluation.locomo", "evaluation.results",
+                      "evaluation.integrity",
                       "fit", "fit.*"}),
 ]
 

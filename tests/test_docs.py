@@ -105,12 +105,22 @@ def build_minutes() -> tuple[str, str]:
     return f"{min(walls) / 60:.0f}", f"{max(walls) / 60:.0f}"
 
 
+def qa_by(name: str, answerer: str, scorer: str) -> str:
+    xs = [r["scores"][scorer] for r in records(name) if r.get("answerer") == answerer and r.get("scores")]
+    return pct(sum(xs) / len(xs))
+
+
+ANSWERS = "answer-models.jsonl.gz"
 QA = "boxaware-qa-cpu.jsonl.gz"
 RECALL = "locomo-recall-cpu.jsonl.gz"
 CONV30 = ("conv-30",)
 
 # README phrase -> result file -> key path, and the figures read from it.
 README_FIGURES = [
+    ("it scores LoCoMo F1 {} against {} with the 0.5B model on the same {} dev questions", ANSWERS,
+     "answerer 1.5b / 0.5b: scores.locomo_f1; questions each answered",
+     lambda: [qa_by(ANSWERS, "qwen2.5-coder-1.5b", "locomo_f1"), qa_by(ANSWERS, "qwen2.5-coder-0.5b", "locomo_f1"),
+              str(sum(r.get("answerer") == "qwen2.5-coder-1.5b" for r in records(ANSWERS)))]),
     ("({}% at 1000 tokens, against", "boxaware-recall-full-cpu.md", "config cpu: box-hits, budget=1000",
      lambda: [md_cell("boxaware-recall-full-cpu.md", "cpu", "box-hits", "budget=1000")]),
     ("against {}% for chunk-rag", RECALL, "chunk-rag: recall.budget=1000",
@@ -207,8 +217,12 @@ BENCHMARKS_FIGURES = [
                                                              f"budget={b}") for b in (250, 500, 1000, 2000)]),
     ("| compact (the paper's mode) | LLM builds, judge of 2026-11-29 (5.36 per box) | {} | {} | {} | {} |",
      lambda: [recall(RECALL, "compact", b) for b in (250, 500, 1000, 2000)]),
-    ("| conv-30 (81) | 943 | {} | {} | {} | {} |",
-     lambda: [qa(QA, "compact", s, CONV30) for s in ("locomo_f1", "mem0_f1", "mem0_bleu1", "membox_f1")]),
+    ("against compact {} / {} / {}",
+     lambda: [qa(QA, "compact", s, CONV30) for s in ("locomo_f1", "mem0_f1", "membox_f1")]),
+    ("| **Qwen2.5-Coder-1.5B (the CPU default)** | 61 | **{}** | **{}** | **{}** | **{}** |",
+     lambda: [qa_by(ANSWERS, "qwen2.5-coder-1.5b", s) for s in ("locomo_f1", "mem0_f1", "mem0_bleu1", "membox_f1")]),
+    ("| Qwen2.5-Coder-0.5B (the answering model before) | 61 | {} | {} | {} | {} |",
+     lambda: [qa_by(ANSWERS, "qwen2.5-coder-0.5b", s) for s in ("locomo_f1", "mem0_f1", "mem0_bleu1", "membox_f1")]),
     ("**{}** | {} | 2 score requests",
      lambda: [f"{speed('hybrid (cpu)'):.3f}", f"{speed('hybrid (cpu)', 'x_fastest'):.0f}"]),
     ("**{} ({}-{})** | {} |", lambda: box_sizes("--config cpu") + [first_60("cpu")]),

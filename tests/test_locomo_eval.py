@@ -211,7 +211,9 @@ def test_a_build_in_progress_elsewhere_is_not_built_twice(tmp_path, data, cfg):
     folder.mkdir(parents=True)
     with open(folder / "build.lock", "w") as other:
         fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)  # as another process building it
-        with pytest.raises(InputError, match="being built by another process"):
+        from membox_local.store import StoreBusy
+
+        with pytest.raises(StoreBusy, match="is in use by another process"):  # it wrote no pid into the file
             open_build("tiny", load_locomo(data), cfg, tmp_path / "b", Shared(cfg, FakeBackend(), FakeEmbedder()))
 
 

@@ -27,5 +27,18 @@ def make_backend(cfg: LLMConfig) -> Backend:
     raise ValueError(f"unknown LLM backend '{cfg.backend}'; choose one of {BACKENDS}")
 
 
+def preflight(cfg: LLMConfig) -> None:
+    """The model checks of the backend `cfg` names (Backend.preflight), without loading it: llama.cpp finds the
+    GGUF file and reads its magic bytes; openai asks the server for its model list (a short time-out)."""
+    if cfg.backend == "llamacpp":
+        from .llamacpp import LlamaCppBackend
+
+        LlamaCppBackend.preflight(cfg)
+    elif cfg.backend == "openai":
+        from .openai import OpenAIBackend
+
+        OpenAIBackend.preflight(cfg)
+
+
 __all__ = ["Backend", "BackendError", "JsonRequest", "JsonResult", "LabelRequest", "LabelResult", "Prompt",
-           "ScoreRequest", "ScoreResult", "StructuredOutputError", "TextRequest", "TextResult", "Usage", "make_backend", "BACKENDS"]
+           "ScoreRequest", "ScoreResult", "StructuredOutputError", "TextRequest", "TextResult", "Usage", "make_backend", "preflight", "BACKENDS"]

@@ -349,6 +349,12 @@ class Backend(ABC):
                            f"llamacpp, transformers or vllm; with this backend use a [loom] without lm_* weights "
                            f"(configs/cpu-minilm.toml) or another judge (e.g. --set loom.judge=embedding)")
 
+    @classmethod
+    def preflight(cls, cfg) -> None:
+        """Check, cheaply and without loading the model, that the backend the config ([llm]) describes can work:
+        the model is there and is one, the server answers. Raises one clear error (ModelNotFound, BackendError,
+        ConfigError). `Memory.add` and `membox build` call it before the first message is filed."""
+
     def count_tokens(self, text: str) -> int:
         """Tokens of `text` for this model; backends with a tokenizer override this."""
         return max(1, round(len(text.split()) * 1.3))

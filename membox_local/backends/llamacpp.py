@@ -32,6 +32,26 @@ from .base import (Backend, BackendError, JsonRequest, JsonResult, LabelRequest,
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 INSTALL = 'CMAKE_ARGS="-DGGML_NATIVE=OFF" pip install "llama-cpp-python>=0.3.8"  (or: pip install -e ".[cpu]")'
+GGUF_MAGIC = b"GGUF"
+
+
+def check_gguf(path) -> None:
+    """Refuse a file that is not a GGUF model (its first four bytes are not b'GGUF'): a folder, a text file
+    renamed .gguf, a download that stopped at an HTML page. One line, before llama.cpp is asked to load it."""
+    from pathlib import Path
+
+    p = Path(path)
+    if p.is_dir():
+        raise BackendError(f"[llm] model {str(p)!r} is a folder, not a GGUF file; the llamacpp backend loads one "
+                           f".gguf file (a name in models/manifest.toml or a path to the file)")
+    try:
+        with open(p, "rb") as fh:
+            head = fh.read(len(GGUF_MAGIC))
+    except OSError as exc:
+        raise BackendError(f"[llm] model {str(p)!r}: cannot read it ({exc.strerror})") from None
+    if head != GGUF_MAGIC:
+        raise BackendError(f"[llm] model {str(p)!r} is not a GGUF model file (it starts with {head!r}, not "
+                           f"{GGUF_MAGIC!r}); name a GGUF file or a model in models/manifest.toml")
 
 
 class LlamaCppAdapter:
@@ -81,6 +101,17 @@ class LlamaCppAdapter:
 class LlamaCppBackend(Backend):
     name = "llamacpp"
 
+    @classmethod
+    def preflight(cls, cfg: LLMConfig) -> None:
+        """The model found (weights.resolve_model: ModelNotFound) and a GGUF file; llama-cpp-python installed."""
+        import importlib.util
+
+        from ..weights import resolve_model
+
+        check_gguf(resolve_model(cfg.model))
+        if importlib.util.find_spec("llama_cpp") is None:
+            raise BackendError(f"the llamacpp backend needs llama-cpp-python: {INSTALL}")
+
     def __init__(self, cfg: LLMConfig, model_path: str | None = None):
         try:
             from llama_cpp import Llama
@@ -93,8 +124,12 @@ class LlamaCppBackend(Backend):
         self.adapter = LlamaCppAdapter(cfg)
         path = model_path or str(resolve_model(cfg.model))
         threads = cfg.n_threads or os.cpu_count() or 1
-        self.llm = Llama(model_path=path, n_ctx=cfg.n_ctx, n_threads=threads, n_threads_batch=threads,
-                         n_batch=cfg.n_batch, seed=cfg.seed, verbose=False)
+        check_gguf(path)
+        try:
+            self.llm = Llama(model_path=path, n_ctx=cfg.n_ctx, n_threads=threads, n_threads_batch=threads,
+                             n_batch=cfg.n_batch, seed=cfg.seed, verbose=False)
+        except ValueError as exc:  # llama-cpp-python: "Failed to load model from file: ..."
+            raise BackendError(f"[llm] model {path}: llama.cpp could not load it ({exc})") from None
         template = self.llm.metadata.get("tokenizer.chat_template")
         if not template:
             raise BackendError(f"{path} carries no chat template; use a chat/instruct GGUF")
@@ -182,7 +217,11 @@ class LlamaCppBackend(Backend):
             total = Usage(req.stage, 0, 0)
             error = None
             for _ in range(1 + max(0, self.cfg.max_retries)):
-                raw, usage, finish = self._complete(req.prompt, req.max_tokens, grammar)
+                try:
+                    raw, usage, finish = self._complete(req.prompt, req.max_tokens, grammar)
+                except (ValueError, RuntimeError) as exc:  # e.g. a prompt longer than n_ctx: this request fails
+                    error = BackendError(f"{req.stage}: llama.cpp failed: {exc}")
+                    break
                 total.prompt_tokens += usage.prompt_tokens
                 total.completion_tokens += usage.completion_tokens
                 try:

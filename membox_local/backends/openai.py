@@ -40,6 +40,7 @@ from .base import (Backend, BackendError, Embedder, JsonRequest, JsonResult, Lab
 
 INSTALL = 'pip install "openai>=1.40"  (or: pip install -e ".[openai]")'
 TOP_LOGPROBS = 20  # the most the OpenAI API returns per token
+PREFLIGHT_TIMEOUT_S = 5.0  # the longest OpenAIBackend.preflight waits for the server's model list
 
 
 LOCAL_HOSTS = ("localhost", "127.0.0.1", "::1")
@@ -178,6 +179,43 @@ def _transient_errors():
 
 class OpenAIBackend(Backend):
     name = "openai"
+
+    @classmethod
+    def preflight(cls, cfg: LLMConfig) -> None:
+        """One cheap request (the model list), with a short time-out and no retry: a server that does not answer,
+        or refuses the key, is one error line naming base_url before anything is filed. A server without a model
+        list (HTTP 404 there) answered, and passes."""
+        try:
+            import openai
+        except ImportError:
+            raise BackendError(f"the openai backend needs the openai package: {INSTALL}") from None
+        base_url = cfg.base_url or os.environ.get("OPENAI_BASE_URL") or None
+        check_base_url(base_url, cfg.allow_insecure_http, "llm", from_env=not cfg.base_url)
+        key = os.environ.get(cfg.api_key_env or "OPENAI_API_KEY")
+        if not key and base_url is None:
+            raise BackendError(f"the openai backend needs an API key in ${cfg.api_key_env}, "
+                               f"or llm.base_url pointing at a local OpenAI-compatible server")
+        where = f"[llm] base_url {base_url}" if cfg.base_url else \
+            (f"$OPENAI_BASE_URL {base_url}" if base_url else "the OpenAI API (no [llm] base_url)")
+        client = openai.OpenAI(api_key=key or "not-needed", base_url=base_url,
+                               timeout=min(cfg.timeout_s, PREFLIGHT_TIMEOUT_S), max_retries=0)
+        try:
+            client.models.list()
+        except openai.APITimeoutError:
+            raise BackendError(f"{where}: the server did not answer within "
+                               f"{min(cfg.timeout_s, PREFLIGHT_TIMEOUT_S):g} s; is it running?") from None
+        except openai.APIConnectionError as exc:
+            cause = exc.__cause__ or exc
+            raise BackendError(f"{where}: no OpenAI-compatible server answers there ({type(cause).__name__}: "
+                               f"{' '.join(str(cause).split())[:160]}); start it, or fix base_url") from None
+        except openai.APIStatusError as exc:
+            if exc.status_code in (401, 403):
+                raise BackendError(f"{where}: the server refused the key in ${cfg.api_key_env} "
+                                   f"(HTTP {exc.status_code}): {exc.message}") from None
+            if exc.status_code >= 500:
+                raise BackendError(f"{where}: the server failed (HTTP {exc.status_code}): {exc.message}") from None
+        finally:
+            client.close()
 
     def __init__(self, cfg: LLMConfig, client: Any = None):
         try:

@@ -134,6 +134,7 @@ class Shared:
     def __init__(self, cfg: Config, backend=None, embedder=None, answer_backends: dict | None = None):
         self.cfg, self._backend, self._embedder = cfg, backend, embedder
         self._answerers = dict(answer_backends or {})
+        self._injected = backend is not None and not answer_backends
 
     @property
     def embedder(self):
@@ -155,7 +156,7 @@ class Shared:
         that is the same model)."""
         if model not in self._answerers:
             llm = dataclasses.replace(self.cfg.answer_llm(), model=model)
-            if llm == self.cfg.llm:
+            if llm == self.cfg.llm or self._injected:  # a double passed in answers too, unless others are
                 self._answerers[model] = self.backend()
             else:
                 from ..backends import make_backend
@@ -216,22 +217,10 @@ def _build(mem, conv: str, messages: list[Message]) -> None:
 
 
 def _lock_build(mem) -> None:
-    """Refuse to build a conversation another process is building (two Looms would file the same messages).
-
-    The lock is held until the process exits; the file handle is kept on the Memory.
-    """
-    import fcntl
-
-    from ..private import private_open
-
-    fh = private_open(mem.path / "build.lock", "w")  # 0600, as every file in a memory folder (private.py)
-    try:
-        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        fh.close()
-        raise InputError(f"{mem.path} is being built by another process; wait for it to finish, "
-                         f"then rerun (the finished build is reused)") from None
-    mem.build_lock = fh
+    """Refuse to build a conversation another process is building (two Looms would file the same messages):
+    the memory folder's write lock (store.WriteLock, as every writer takes it), held by the Memory until it is
+    closed; a second writer gets StoreBusy naming this process. Kept on the Memory as `build_lock` too."""
+    mem.build_lock = mem.hold_write_lock("LoCoMo eval build")
 
 
 def build_stats(mem, conv: str) -> dict[str, Any]:

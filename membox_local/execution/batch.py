@@ -65,9 +65,20 @@ def build_conversations(mem, conversations: Sequence[str], batch_size: int = 8, 
 
     Resumable like `Memory.add`: messages must already be in the store; whatever is pending is processed.
     `progress(n)` is called per filed message, `on_conversation(id)` as each conversation finishes.
+    Holds the memory folder's write lock while it runs (`Memory.writing`), and checks the models first when
+    there is work (`Memory.check_models`).
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+    with mem.writing("build"):
+        if mem.has_work(dict.fromkeys(conversations)):
+            mem.check_models()
+        return _build(mem, conversations, batch_size, seal, progress, on_conversation)
+
+
+def _build(mem, conversations: Sequence[str], batch_size: int, seal: bool,
+           progress: Callable[[int], None] | None,
+           on_conversation: Callable[[str], None] | None) -> BuildReport:
     report = BuildReport(conversations=len(conversations))
     counted = 0
 

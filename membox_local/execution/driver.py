@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Hashable, Iterable
 
-from ..backends.base import Backend, JsonRequest, LabelRequest, ScoreRequest, TextRequest
+from ..backends.base import Backend, BackendError, JsonRequest, LabelRequest, ScoreRequest, TextRequest
 from ..embed import Embedder
 from ..requests import EmbedRequest, Request, Step
 from ..store import Store
@@ -48,7 +48,16 @@ class Driver:
                 continue
             method = {LabelRequest: self.backend.label, JsonRequest: self.backend.json,
                       TextRequest: self.backend.text, ScoreRequest: self.backend.score}[kind]
-            for i, res in zip(idx, method(batch)):
+            try:
+                answers = method(batch)
+            except (BackendError, TimeoutError) as exc:
+                # a call that failed as a whole (the server kept failing, a time-out) fails each of its requests:
+                # each step sees the error where it asked (an extraction records it on its box, which is then
+                # 'failed'; a continuity decision cannot be skipped, and ends the build with it)
+                if not isinstance(exc, BackendError):
+                    exc = BackendError(f"{batch[0].stage}: the model timed out ({type(exc).__name__}: {exc})")
+                answers = [exc] * len(batch)
+            for i, res in zip(idx, answers):
                 results[i] = res
                 usage = getattr(res, "usage", None)
                 if usage is not None:

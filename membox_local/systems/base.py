@@ -77,5 +77,13 @@ class Component:
         """Lines for the build summary: work that failed and is retried by the next build."""
         return []
 
+    def failures(self, conversations: list[str]) -> tuple[int, int]:
+        """(units that failed, units in all) over these conversations, for `[extract] max_failed_share`: a build
+        where more than that share failed ends with an error."""
+        return 0, 0
+
+    def reset(self) -> None:
+        """Forget what is kept in memory between calls: another writer changed the store since (Memory.writing)."""
+
     def close(self) -> None:
         pass

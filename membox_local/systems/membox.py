@@ -43,6 +43,14 @@ class BoxMemory(Component):
             self.weaver = Weaver(self.store, self.config)
             self.after_extract = self.weaver.weave
 
+    def build_settings(self) -> dict:
+        out = super().build_settings()
+        out.pop("extract.max_failed_share", None)  # when a build counts as failed, not what it writes
+        return out
+
+    def reset(self) -> None:
+        self.looms.clear()  # each Loom reads its open box and recent messages from the store again
+
     # ---- building -------------------------------------------------------------------------------
     def loom(self, conversation_id: str) -> Loom:
         if conversation_id not in self.looms:
@@ -127,6 +135,9 @@ class BoxMemory(Component):
             "boxes": len(boxes),
             "messages_per_box": round(n_msgs / len(boxes), 2) if boxes else 0.0,
             "box_status": status,
+            # boxes whose extraction failed (the model raised, timed out or wrote output that does not parse):
+            # the reason is on the box (`membox show --failed`), the next build retries them
+            "failed_boxes": status.get("failed", 0),
             "events": len(events),
             # events below min_grounding (words not in the box, or not in the lines of the person they name):
             # kept and shown flagged, left out of traces
@@ -137,6 +148,11 @@ class BoxMemory(Component):
 
     def unwoven(self, conversations: list[str]) -> int:
         return sum(len(self.store.unwoven_boxes(c)) for c in conversations) if self.weaver is not None else 0
+
+    def failures(self, conversations: list[str]) -> tuple[int, int]:
+        """(boxes whose extraction failed, boxes sealed) over these conversations; open boxes are not counted."""
+        boxes = [b for c in conversations for b in self.store.boxes(c) if b.status != "open"]
+        return sum(b.status == "failed" for b in boxes), len(boxes)
 
     def warnings(self, conversations: list[str]) -> list[str]:
         out = []
