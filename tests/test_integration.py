@@ -78,7 +78,7 @@ def test_the_shipped_answering_model_answers_a_memory_built_by_another(built):
         assert "pepper" in ans.text.lower()  # the evidence is in the context; a 1.5B model reads it off
         assert mem.store.usage_by_stage()["answer"]["calls"] == before + 1
         assert mem.answer_backend is not mem._backend
-        when = mem.context("When did Tom adopt his cat Pepper?", budget_tokens=600)
+        when = mem.context("When did Tom adopt his cat Pepper?", mode="turn-rag", k=5, budget_tokens=600)
         assert "last weekend (the weekend of 2 March 2024)" in when.text  # said on Monday 4 March 2024
     finally:
         mem.close()
