@@ -329,6 +329,8 @@ class Memory:
                 p.unlink(missing_ok=True)
         for orphan in self.path.glob("*.ids.json"):
             orphan.unlink()
+        for leftover in self.path.glob("*.tmp"):  # an index save killed midway: it may hold forgotten vectors
+            leftover.unlink(missing_ok=True)
 
     # ---- reading --------------------------------------------------------------------------------
     def boxes(self, conversation_id: str | None = None) -> list[Box]:
