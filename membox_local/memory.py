@@ -324,13 +324,10 @@ class Memory:
     def _drop_indexes(self) -> None:
         """Delete the vector indexes beside the store: they are derived, and rebuilt from it when missing."""
         self._indexes.clear()
-        for index in self.path.glob("*.hnsw"):
-            for p in (index, index.with_suffix(".ids.json"), index.with_suffix(".tmp")):
+        # the indexes, their id maps, and what an index save killed midway left (it may hold forgotten vectors)
+        for pattern in ("*.hnsw", "*.ids.json", "*.tmp"):
+            for p in self.path.glob(pattern):
                 p.unlink(missing_ok=True)
-        for orphan in self.path.glob("*.ids.json"):
-            orphan.unlink()
-        for leftover in self.path.glob("*.tmp"):  # an index save killed midway: it may hold forgotten vectors
-            leftover.unlink(missing_ok=True)
 
     # ---- reading --------------------------------------------------------------------------------
     def boxes(self, conversation_id: str | None = None) -> list[Box]:

@@ -366,18 +366,20 @@ class Store:
         rows = self.db.execute("SELECT DISTINCT conversation_id FROM messages ORDER BY conversation_id")
         return [r[0] for r in rows]
 
+    def _in_chunks(self, sql: str, values: list, *leading) -> Iterator[sqlite3.Cursor]:
+        """`sql` with `{marks}` for an IN (...) list, run over `values` 500 at a time (SQLite's limit on bound
+        variables), each time after the `leading` arguments."""
+        for i in range(0, len(values), 500):
+            chunk = values[i:i + 500]
+            yield self.db.execute(sql.format(marks=",".join("?" * len(chunk))), [*leading, *chunk])
+
     # ---- embeddings cache -----------------------------------------------------------------------
     def cached_vectors(self, model: str, texts: list[str]) -> dict[str, np.ndarray]:
-        out: dict[str, np.ndarray] = {}
         keys = [text_key(t) for t in texts]
-        for i in range(0, len(keys), 500):
-            chunk = keys[i:i + 500]
-            marks = ",".join("?" * len(chunk))
-            for r in self.db.execute(
-                f"SELECT key, vector FROM embeddings WHERE model=? AND key IN ({marks})", [model, *chunk]
-            ):
-                out[r["key"]] = np.frombuffer(r["vector"], dtype=np.float32)
-        return out
+        return {r["key"]: np.frombuffer(r["vector"], dtype=np.float32)
+                for cur in self._in_chunks("SELECT key, vector FROM embeddings WHERE model=? AND key IN ({marks})",
+                                           keys, model)
+                for r in cur}
 
     def put_vectors(self, model: str, texts: list[str], vectors: np.ndarray) -> None:
         with self.transaction():
@@ -413,15 +415,9 @@ class Store:
         with no message, its usage rows go too. What other tables derived from them is each system's to delete
         (Component.forget), in the same transaction."""
         ids = list(dict.fromkeys(message_ids))
-        deleted = 0
         with self.transaction():
-            for i in range(0, len(ids), 500):
-                chunk = ids[i:i + 500]
-                marks = ",".join("?" * len(chunk))
-                deleted += self.db.execute(
-                    f"DELETE FROM messages WHERE conversation_id=? AND message_id IN ({marks})",
-                    [conversation_id, *chunk],
-                ).rowcount
+            deleted = sum(cur.rowcount for cur in self._in_chunks(
+                "DELETE FROM messages WHERE conversation_id=? AND message_id IN ({marks})", ids, conversation_id))
             if self.db.execute("SELECT 1 FROM messages WHERE conversation_id=? LIMIT 1",
                                (conversation_id,)).fetchone() is None:
                 self.db.execute("DELETE FROM llm_usage WHERE conversation_id=?", (conversation_id,))
@@ -430,13 +426,8 @@ class Store:
     def forget_vectors(self, texts: Iterable[str]) -> int:
         """Drop the cached embeddings of these texts, under every model; returns how many rows went."""
         keys = list(dict.fromkeys(text_key(t) for t in texts))
-        removed = 0
         with self.transaction():
-            for i in range(0, len(keys), 500):
-                chunk = keys[i:i + 500]
-                marks = ",".join("?" * len(chunk))
-                removed += self.db.execute(f"DELETE FROM embeddings WHERE key IN ({marks})", chunk).rowcount
-        return removed
+            return sum(cur.rowcount for cur in self._in_chunks("DELETE FROM embeddings WHERE key IN ({marks})", keys))
 
     def scrub(self) -> bool:
         """Leave no copy of deleted rows in the folder's files: the database is rebuilt without free pages

@@ -232,14 +232,9 @@ class BoxTables:
     # ---- forgetting -----------------------------------------------------------------------------
     def boxes_holding(self, conversation_id: str, message_ids: list[str]) -> list[int]:
         """Ids of the conversation's boxes that hold one of these messages."""
-        out: set[int] = set()
-        for i in range(0, len(message_ids), 500):
-            chunk = message_ids[i:i + 500]
-            marks = ",".join("?" * len(chunk))
-            out.update(r[0] for r in self.db.execute(
-                f"SELECT DISTINCT box_id FROM messages WHERE conversation_id=? AND box_id IS NOT NULL "
-                f"AND message_id IN ({marks})", [conversation_id, *chunk]))
-        return sorted(out)
+        return sorted({r[0] for cur in self._in_chunks(
+            "SELECT DISTINCT box_id FROM messages WHERE conversation_id=? AND box_id IS NOT NULL "
+            "AND message_id IN ({marks})", list(message_ids), conversation_id) for r in cur})
 
     def forget_boxes(self, box_ids: list[int], message_ids: list[str]) -> dict[str, int]:
         """Undo what the box memory derived in these boxes, which lose the messages `message_ids` (deleted by
