@@ -11,6 +11,7 @@ that can read prompt log-probabilities implement `score_batch`, the others refus
 from __future__ import annotations
 
 import copy
+import functools
 import json
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
@@ -196,41 +197,35 @@ def closed_schema(schema: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-_VALIDATORS: dict[str, Any] = {}
-_VALIDATOR_CLASS: list[type] = []
-
-
+@functools.lru_cache(maxsize=1)
 def _validator_class() -> type:
     """jsonschema's Draft 2020-12 validator, where "integer" means an integer as Python reads JSON (1, not 1.0):
     the pipeline indexes lists with these numbers."""
-    if not _VALIDATOR_CLASS:
-        from jsonschema import Draft202012Validator, validators
+    from jsonschema import Draft202012Validator, validators
 
-        checker = Draft202012Validator.TYPE_CHECKER.redefine(
-            "integer", lambda _, x: isinstance(x, int) and not isinstance(x, bool))
-        _VALIDATOR_CLASS.append(validators.extend(Draft202012Validator, type_checker=checker))
-    return _VALIDATOR_CLASS[0]
+    checker = Draft202012Validator.TYPE_CHECKER.redefine(
+        "integer", lambda _, x: isinstance(x, int) and not isinstance(x, bool))
+    return validators.extend(Draft202012Validator, type_checker=checker)
 
 
 def _validator(schema: dict[str, Any]):
     """A validator for the closed copy of `schema`, cached by the schema's text. The schema itself is checked
     first: a malformed one fails here, naming the problem, and never lets output through."""
-    key = json.dumps(schema, sort_keys=True)
-    v = _VALIDATORS.get(key)
-    if v is None:
-        from jsonschema.exceptions import SchemaError
+    return _validator_for(json.dumps(schema, sort_keys=True))
 
-        cls = _validator_class()
-        closed = closed_schema(schema)
-        try:
-            cls.check_schema(closed)
-        except SchemaError as exc:
-            raise ValueError(f"invalid output schema at {'/'.join(map(str, exc.path)) or 'its top'}: "
-                             f"{exc.message}") from None
-        if len(_VALIDATORS) > 512:
-            _VALIDATORS.clear()
-        v = _VALIDATORS[key] = cls(closed)
-    return v
+
+@functools.lru_cache(maxsize=512)
+def _validator_for(schema_text: str):
+    from jsonschema.exceptions import SchemaError
+
+    cls = _validator_class()
+    closed = closed_schema(json.loads(schema_text))
+    try:
+        cls.check_schema(closed)
+    except SchemaError as exc:
+        raise ValueError(f"invalid output schema at {'/'.join(map(str, exc.path)) or 'its top'}: "
+                         f"{exc.message}") from None
+    return cls(closed)
 
 
 _JSON_TYPES = ((bool, "boolean"), (int, "integer"), (float, "number"), (str, "string"), (list, "array"),
