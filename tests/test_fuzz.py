@@ -1103,6 +1103,13 @@ def written_values(files) -> dict | None:
     return None if "extends" in data else data
 
 
+def write_config_files(d, files) -> None:
+    """The case's files in the scratch folder `d`, beside a directory named like a config (dir.toml)."""
+    (d / "dir.toml").mkdir()
+    for name, body in files.items():
+        (d / name).write_bytes(body if isinstance(body, bytes) else body.encode())
+
+
 @fuzz(1.0)
 @given(case=config_files())
 def test_configs(case):
@@ -1112,9 +1119,7 @@ def test_configs(case):
     files, expected = case
     prop = "configs"
     with scratch() as d:
-        (d / "dir.toml").mkdir()
-        for name, body in files.items():
-            (d / name).write_bytes(body if isinstance(body, bytes) else body.encode())
+        write_config_files(d, files)
         path = d / "config.toml"
         cfg, err = attempt(prop, lambda: load_config(path))
         if err is None:
@@ -1146,9 +1151,7 @@ def test_cli_config(built, case, existing):
     files, _ = case
     prop = "cli_config"
     with scratch() as d:
-        (d / "dir.toml").mkdir()
-        for name, body in files.items():
-            (d / name).write_bytes(body if isinstance(body, bytes) else body.encode())
+        write_config_files(d, files)
         data = d / "data.jsonl"
         data.write_text("\n".join(json.dumps(dict(r, conversation_id="c9")) for r in BASE[:3]))
         store = d / "store"
