@@ -96,10 +96,6 @@ class WriteLock:
         self.previous: str | None = None
         self._fd: int | None = None
 
-    @property
-    def held(self) -> bool:
-        return self._fd is not None
-
     def acquire(self) -> "WriteLock":
         import fcntl
 
