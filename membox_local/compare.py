@@ -7,6 +7,8 @@
   Jaccard, after lower-casing and collapsing whitespace);
 - retrieval: Jaccard of the messages shown by the top-k boxes for each question (LoCoMo data only);
 - QA: LoCoMo F1 of each config's answers (LoCoMo data only, `--questions` per conversation);
+- answers to the questions given with `--ask` (any data): both sides' text and the token F1 between them;
+- extraction validity: boxes whose extraction failed on each side (the model's output did not parse or fit);
 - cost: LLM calls and tokens per stage, and wall time, of each.
 Writes Markdown to stdout (or --out) and JSON with --json.
 """
@@ -125,7 +127,8 @@ class Side:
 
 def compare(cfg_a: Config, cfg_b: Config, messages: list[Message], workdir: Path,
             questions: dict[str, list[dict]] | None = None, k: int = 5,
-            backends: tuple = (None, None), embedders: tuple = (None, None)) -> dict[str, Any]:
+            backends: tuple = (None, None), embedders: tuple = (None, None),
+            asks: Sequence[str] = ()) -> dict[str, Any]:
     """Build both sides and compare; `backends`/`embedders` override the configs' (tests, notebooks)."""
     convs = list(dict.fromkeys(m.conversation_id for m in messages))
     a = Side("A", cfg_a, workdir / "a", messages, backends[0], embedders[0])
@@ -138,8 +141,16 @@ def compare(cfg_a: Config, cfg_b: Config, messages: list[Message], workdir: Path
                 "labels": compare_labels(a.mem.store.message_rows(conv), b.mem.store.message_rows(conv)),
                 "segmentation": compare_segmentation(ba, bb),
                 "boxes": {"A": len(ba), "B": len(bb)},
+                "failed_boxes": {"A": sum(x.status == "failed" for x in ba), "B": sum(x.status == "failed" for x in bb)},
                 "extraction": compare_extractions(ba, bb),
             }
+            if asks:
+                from .evaluation.scorers import locomo_f1
+
+                row["answers"] = []
+                for q in asks:
+                    ta, tb = a.answer(q, conv), b.answer(q, conv)
+                    row["answers"].append({"question": q, "A": ta, "B": tb, "f1_between": locomo_f1(tb, ta)})
             qs = (questions or {}).get(conv, [])
             if qs:
                 from .evaluation.scorers import score_locomo
@@ -165,18 +176,28 @@ def _fmt(x: Any) -> str:
     return f"{x:.3f}" if isinstance(x, float) else str(x)
 
 
+def _cell(text: str) -> str:
+    return " ".join(str(text).split()).replace("|", "/")
+
+
 def to_markdown(report: dict[str, Any]) -> str:
     lines = [f"# membox compare: A = {report['configs']['A']}, B = {report['configs']['B']}", "",
-             "| conversation | label agreement | Pk (B vs A) | WindowDiff | boxes A / B | same-span boxes | "
+             "| conversation | label agreement | Pk (B vs A) | WindowDiff | boxes A / B | failed A / B | same-span boxes | "
              "keyword Jaccard | event Jaccard | top-k overlap | QA F1 A / B |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for conv, r in report["conversations"].items():
         ret, qa = r.get("retrieval", {}), r.get("qa_f1")
         lines.append(f"| {conv} | {_fmt(r['labels']['agreement'])} | {_fmt(r['segmentation']['pk'])} | "
                      f"{_fmt(r['segmentation']['wd'])} | {r['boxes']['A']} / {r['boxes']['B']} | "
+                     f"{r['failed_boxes']['A']} / {r['failed_boxes']['B']} | "
                      f"{r['extraction']['boxes_same_span']} | {_fmt(r['extraction']['keyword_jaccard'])} | "
                      f"{_fmt(r['extraction']['event_jaccard'])} | {_fmt(ret.get('shown_message_jaccard'))} | "
                      f"{_fmt(qa['A']) + ' / ' + _fmt(qa['B']) if qa else '-'} |")
+    asked = [(conv, x) for conv, r in report["conversations"].items() for x in r.get("answers", [])]
+    if asked:
+        lines += ["", "| conversation | question | answer A | answer B | F1 between |", "|---|---|---|---|---|"]
+        lines += [f"| {conv} | {_cell(x['question'])} | {_cell(x['A'])} | {_cell(x['B'])} | {_fmt(x['f1_between'])} |"
+                  for conv, x in asked]
     lines += ["", "| config | build wall s | answer wall s | stage | calls | prompt tokens | completion tokens |",
               "|---|---|---|---|---|---|---|"]
     for side, c in report["cost"].items():
@@ -196,7 +217,7 @@ def cmd_compare(args) -> int:
     questions = locomo_questions(Path(args.data), convs, args.questions)
     with tempfile.TemporaryDirectory(prefix="membox-compare-") as tmp:
         workdir = Path(args.workdir) if args.workdir else Path(tmp)
-        report = compare(cfg_a, cfg_b, messages, workdir, questions, args.k)
+        report = compare(cfg_a, cfg_b, messages, workdir, questions, args.k, asks=args.ask)
     md = to_markdown(report)
     if args.out:
         Path(args.out).write_text(md)
@@ -215,6 +236,8 @@ def add_parser(subparsers) -> None:
     p.add_argument("--conversations", nargs="*", help="only these conversation ids")
     p.add_argument("--questions", type=int, default=10, help="LoCoMo questions per conversation (0: none)")
     p.add_argument("-k", type=int, default=5, help="top-k boxes for the retrieval overlap")
+    p.add_argument("--ask", nargs="*", default=[], metavar="QUESTION",
+                   help="questions both sides answer (any data); the report shows both answers side by side")
     p.add_argument("--workdir", help="keep the two memories here (default: a temporary folder)")
     p.add_argument("--out", help="write the Markdown report here instead of stdout")
     p.add_argument("--json", help="also write the full report as JSON here")

@@ -78,6 +78,8 @@ class LLMConfig:
     max_num_seqs: int = _opt(256, lo=1)
     tensor_parallel_size: int = _opt(1, lo=1)
     structured_engine: str = "outlines"
+    enforce_eager: bool = False  # no CUDA graphs / torch.compile: slower steps, much faster start (vLLM's CPU build)
+    cpu_kv_cache_gb: int = _opt(0, lo=0)  # vLLM's CPU build: GiB of KV cache (VLLM_CPU_KVCACHE_SPACE); 0: vLLM's default
     # transformers
     device: str = "cpu"
 

@@ -9,6 +9,7 @@ import json
 import os
 import threading
 from pathlib import Path
+from typing import Collection
 
 import numpy as np
 
@@ -80,18 +81,21 @@ class VectorIndex:
                 self.ids.append(ids[n])
                 self.conv.append(conversations[n])
 
-    def search(self, vector: np.ndarray, k: int, conversation_id: str | None = None) -> list[tuple[int, float]]:
-        """Nearest items as (our id, cosine similarity), best first."""
+    def search(self, vector: np.ndarray, k: int, conversation_id: str | None = None,
+               only: Collection[int] | None = None) -> list[tuple[int, float]]:
+        """Nearest items as (our id, cosine similarity), best first: of one conversation (None: any), and given
+        `only`, among those ids."""
         with self._lock:
             if self._index is None or not self.ids:
                 return []
-            if conversation_id is None:
+            if conversation_id is None and only is None:
                 allowed = len(self.ids)
                 filt = None
             else:
-                allowed = sum(c == conversation_id for c in self.conv)
-                conv = self.conv
-                filt = lambda label: conv[label] == conversation_id  # noqa: E731
+                ids, conv, only = self.ids, self.conv, None if only is None else set(only)
+                filt = lambda label: ((conversation_id is None or conv[label] == conversation_id)  # noqa: E731
+                                      and (only is None or ids[label] in only))
+                allowed = sum(map(filt, range(len(ids))))
             k = min(k, allowed)
             if k <= 0:
                 return []

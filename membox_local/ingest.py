@@ -7,7 +7,8 @@ Two formats:
      "session": "1", "session_date": "8 May 2023"}      # session and session_date optional
   Messages are taken in file order within each conversation. Field values are strings or integers (not booleans,
   null, fractions, lists, objects); unknown fields, blank required ones, a repeated (conversation_id, message_id)
-  are refused.
+  are refused. Optional tags: "user_id" and "agent_id" (strings), "metadata" (a JSON object of at most
+  METADATA_MAX_BYTES, see check_metadata).
 Files must be UTF-8; a string with a lone surrogate (a JSON escape such as \\ud800) is refused, as SQLite stores
 UTF-8. Every refusal is an InputError naming the file and, where there is one, the line (JSONL) or the sample,
 session and turn (LoCoMo), and the field. Memory.add checks the dicts it is given with the JSONL rules
@@ -17,7 +18,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 from .records import Message
@@ -71,7 +72,7 @@ def read_json(path: str | Path, hint: str = "") -> object:
 
 def _check_unicode(msg: Message, where: str, names: dict[str, str] | None = None) -> Message:
     """A string with a lone surrogate (a JSON escape such as \\ud800) cannot be stored as UTF-8: refused."""
-    for f in ("conversation_id", "message_id", "speaker", "text", "session", "session_date"):
+    for f in ("conversation_id", "message_id", "speaker", "text", "session", "session_date", "user_id", "agent_id"):
         value = getattr(msg, f)
         try:
             value.encode("utf-8")
@@ -145,7 +146,40 @@ def load_locomo(path: str | Path, conversations: list[str] | None = None) -> lis
 
 
 REQUIRED = ("conversation_id", "message_id", "speaker", "text")
-OPTIONAL = ("session", "session_date")
+OPTIONAL = ("session", "session_date", "user_id", "agent_id")
+METADATA = "metadata"  # the free JSON object a message may carry (check_metadata)
+METADATA_MAX_BYTES = 4096
+
+
+def metadata_text(metadata: Mapping) -> str:
+    """A metadata object as the store keeps it: canonical JSON (sorted keys, UTF-8, no spaces)."""
+    return json.dumps(metadata, sort_keys=True, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+
+
+def check_metadata(metadata: object, where: str) -> dict:
+    """A message's metadata: a JSON object with string keys that survives JSON unchanged (no tuple, no non-string
+    key, no NaN or infinity, no lone surrogate) and takes at most METADATA_MAX_BYTES as stored; else an InputError.
+    Returns a copy, so that the caller's object can change afterwards without changing what is stored."""
+    if not isinstance(metadata, Mapping):
+        raise InputError(f"{where}: metadata must be a JSON object (a dict), got {type(metadata).__name__}")
+    try:
+        text = metadata_text(metadata)
+        size = len(text.encode("utf-8"))
+    except UnicodeEncodeError:  # a ValueError: caught first
+        raise InputError(f"{where}: metadata is not valid Unicode (a lone surrogate)") from None
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise InputError(f"{where}: metadata is not JSON-serialisable ({_reason(exc)})") from None
+    if size > METADATA_MAX_BYTES:
+        raise InputError(f"{where}: metadata takes {size} bytes as JSON, more than the {METADATA_MAX_BYTES} allowed")
+    copy = json.loads(text)
+    if copy != metadata:
+        raise InputError(f"{where}: metadata does not survive JSON unchanged (a tuple, or a key that is not a "
+                         f"string?); pass plain dicts, lists, strings, numbers, booleans and null")
+    return copy
+
+
+def _reason(exc: BaseException) -> str:
+    return " ".join(str(exc).split())[:120] or type(exc).__name__
 
 
 def _field(value: object) -> bool:
@@ -158,9 +192,10 @@ def message_from_record(rec: object, where: str) -> Message:
     the required ones present and non-empty, no unknown ones, strings or integers, valid Unicode."""
     if not isinstance(rec, Mapping):
         raise InputError(f"{where}: expected a JSON object")
-    unknown = [k for k in rec if k not in REQUIRED + OPTIONAL]
+    allowed = REQUIRED + OPTIONAL + (METADATA,)
+    unknown = [k for k in rec if k not in allowed]
     if unknown:
-        raise InputError(f"{where}: unknown fields {sorted(map(str, unknown))}; allowed: {REQUIRED + OPTIONAL}")
+        raise InputError(f"{where}: unknown fields {sorted(map(str, unknown))}; allowed: {allowed}")
     for f in REQUIRED:
         if not _field(rec.get(f)) or not str(rec[f]).strip():
             raise InputError(f"{where}: field '{f}' is missing or empty")
@@ -169,33 +204,68 @@ def message_from_record(rec: object, where: str) -> Message:
             raise InputError(f"{where}: field '{f}' must be a string, got {rec[f]!r:.80}")
     return _check_unicode(Message(
         str(rec["conversation_id"]), str(rec["message_id"]), str(rec["speaker"]), str(rec["text"]),
-        str(rec.get("session", "1")), str(rec.get("session_date", "")),
+        str(rec.get("session", "1")), str(rec.get("session_date", "")), user_id=str(rec.get("user_id", "")),
+        agent_id=str(rec.get("agent_id", "")), metadata=check_metadata(rec.get(METADATA, {}), where),
     ), where)
 
 
-def as_messages(items: object, where: str = "add") -> list[Message]:
+def as_messages(items: object, where: str = "add", conversation_id: str | None = None, user_id: str | None = None,
+                agent_id: str | None = None, metadata: Mapping | None = None) -> list[Message]:
     """Memory.add's argument checked in full before anything is written: Message objects or dicts with the
-    JSONL fields (see message_from_record)."""
+    JSONL fields (see message_from_record). The other arguments apply to every message: `conversation_id` is the
+    conversation of dicts that name none (a message of another one is refused), `user_id` and `agent_id` tag the
+    messages that carry none, `metadata` is under each message's own (its keys win)."""
     if isinstance(items, (str, bytes, Mapping, Message)):
         raise InputError(f"{where}: expected a list of messages, got {type(items).__name__}")
     try:
         items = list(items)
     except TypeError:
         raise InputError(f"{where}: expected a list of messages, got {type(items).__name__}") from None
+    tags = _call_tags(where, conversation_id, user_id, agent_id, metadata)
     out = []
     for n, item in enumerate(items):
         if isinstance(item, Message):
-            item = {f: getattr(item, f) for f in REQUIRED + OPTIONAL}
+            item = {f: getattr(item, f) for f in REQUIRED + OPTIONAL + (METADATA,)}
         elif not isinstance(item, Mapping):
             raise InputError(f"{where}: message {n}: expected a Message or a dict, got {type(item).__name__}")
-        out.append(message_from_record(item, f"{where}: message {n}"))
+        out.append(message_from_record(_tagged(item, tags, f"{where}: message {n}"), f"{where}: message {n}"))
     return out
 
 
-def load_jsonl(path: str | Path) -> list[Message]:
+def _call_tags(where: str, conversation_id, user_id, agent_id, metadata) -> dict:
+    """as_messages' call-wide values, checked: ids are non-empty strings, metadata a JSON object."""
+    tags = {}
+    for name, value in (("conversation_id", conversation_id), ("user_id", user_id), ("agent_id", agent_id)):
+        if value is None:
+            continue
+        if not isinstance(value, str) or not value.strip():
+            raise InputError(f"{where}: {name} must be a non-empty string, got {value!r:.80}")
+        tags[name] = value
+    if metadata is not None:
+        tags[METADATA] = check_metadata(metadata, f"{where}: metadata")
+    return tags
+
+
+def _tagged(item: Mapping, tags: dict, where: str) -> dict:
+    """One message's fields under the call-wide tags (see as_messages)."""
+    rec = dict(item)
+    conv = tags.get("conversation_id")
+    if conv is not None:
+        if str(rec.setdefault("conversation_id", conv)) != conv:
+            raise InputError(f"{where}: it belongs to conversation {rec['conversation_id']!r:.80}, not {conv!r:.80}")
+    for name in ("user_id", "agent_id"):
+        if name in tags and not rec.get(name):
+            rec[name] = tags[name]
+    if METADATA in tags:
+        own = rec.get(METADATA, {})
+        rec[METADATA] = {**tags[METADATA], **own} if isinstance(own, Mapping) else own  # a bad one is refused later
+    return rec
+
+
+def read_jsonl(path: str | Path) -> Iterator[tuple[int, object]]:
+    """(line number, parsed JSON value) for every non-blank line of a JSONL file; a file that cannot be read, a
+    line that is not UTF-8 or not JSON, is an InputError naming the file and the line."""
     path = Path(path)
-    out: list[Message] = []
-    seen: dict[tuple[str, str], int] = {}
     try:
         with open(path, encoding="utf-8", errors="surrogateescape") as fh:
             for lineno, line in enumerate(fh, 1):
@@ -207,14 +277,23 @@ def load_jsonl(path: str | Path) -> list[Message]:
                 except UnicodeEncodeError as exc:  # an undecodable byte, kept as a surrogate by surrogateescape
                     raise InputError(f"{where}: not valid UTF-8 (byte 0x{ord(line[exc.start]) - 0xDC00:02x} at "
                                      f"column {exc.start + 1})") from None
-                m = message_from_record(_parse_json(line, where), where)
-                first = seen.setdefault((m.conversation_id, m.message_id), lineno)
-                if first != lineno:
-                    raise InputError(f"{where}: message id {m.message_id} appears twice in conversation "
-                                     f"{m.conversation_id} (first on line {first})")
-                out.append(m)
+                yield lineno, _parse_json(line, where)
     except OSError as exc:
         raise InputError(f"{path}: cannot read it ({exc.strerror})") from None
+
+
+def load_jsonl(path: str | Path) -> list[Message]:
+    path = Path(path)
+    out: list[Message] = []
+    seen: dict[tuple[str, str], int] = {}
+    for lineno, rec in read_jsonl(path):
+        where = f"{path} line {lineno}"
+        m = message_from_record(rec, where)
+        first = seen.setdefault((m.conversation_id, m.message_id), lineno)
+        if first != lineno:
+            raise InputError(f"{where}: message id {m.message_id} appears twice in conversation "
+                             f"{m.conversation_id} (first on line {first})")
+        out.append(m)
     if not out:
         raise InputError(f"{path}: no messages")
     return out

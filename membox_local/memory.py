@@ -5,6 +5,10 @@
     mem.seal()                   # seal and extract open boxes (end of a conversation)
     mem.search("question", k=5)  # [(Box, score)]
     mem.answer("question")       # Answer(text, context)
+
+and the verbs known from mem0: get, get_all, update, delete, delete_all, history, reset. A conversation is the
+unit of isolation: a read that names one (conversation_id) sees nothing of the others; one that names several
+(conversation_ids) sees those; one that names none sees every conversation (a memory of one: that one).
 """
 from __future__ import annotations
 
@@ -13,19 +17,19 @@ import json
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Any, Callable, Iterable, Mapping
 
 from .backends.base import Backend, TextRequest
 from .config import Config, load_config
 from .embed import CachedEmbedder, Embedder, make_embedder
 from .execution.driver import Driver
 from .index import VectorIndex
-from .ingest import InputError, as_messages
+from .ingest import InputError, as_messages, check_metadata
 from .private import private_dir
 from .prompts import answer_prompt
-from .records import Box, Message
+from .records import Box, Change, Message
 from .retrieval import RETRIEVERS, Context, make_retriever, quoting_texts
-from .store import StoreError, WriteLock, built_systems, store_class
+from .store import NotFound, StoreError, WriteLock, built_systems, store_class
 from .systems import SYSTEMS, component_class, tables_for
 from .systems.base import Component
 
@@ -62,6 +66,37 @@ def preflight_models(config: Config, llm: bool = True, embedder: bool = True) ->
         from .weights import resolve_model
 
         resolve_model(config.embedder.model)
+
+
+def check_text(text: object, where: str) -> str:
+    """A message's new text (Memory.update): a non-empty string that can be written as UTF-8; else an InputError."""
+    if not isinstance(text, str) or not text.strip():
+        raise InputError(f"{where}: the text must be a non-empty string, got {text!r:.80}")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InputError(f"{where}: the text is not valid Unicode (a lone surrogate at character {exc.start})") \
+            from None
+    return text
+
+
+def _ids(values: object, what: str, where: str) -> list[str]:
+    """A list of ids (`what`: "message ids", "conversation ids"), repeats dropped: an InputError when it is not a
+    list of non-empty strings (a string is not taken for the list of its characters), a StoreError when empty."""
+    if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
+        raise InputError(f"{where}: {what} must be a list of strings, got {values!r:.80}")
+    out = list(dict.fromkeys(values))
+    if not all(isinstance(v, str) and v for v in out):
+        raise InputError(f"{where}: {what} must be non-empty strings, got {out!r:.80}")
+    if not out:
+        raise StoreError(f"{where}: no {what} given")
+    return out
+
+
+def _add_counts(total: dict[str, int], part: dict[str, int]) -> dict[str, int]:
+    for key, n in part.items():
+        total[key] = total.get(key, 0) + n
+    return total
 
 
 def _writes(what: str):
@@ -164,20 +199,26 @@ class Memory:
     def check_build_settings(self) -> None:
         """A memory is filed with one set of build settings: continuing it with others (another judge,
         other weights, another model) would mix two segmentations in one store, silently. Refused."""
-        now = self.build_settings()
         stored = self.store.get_meta("build_settings")
         if stored is None:
-            self.store.set_meta("build_settings", json.dumps(now, sort_keys=True))
+            self.store.set_meta("build_settings", json.dumps(self.build_settings(), sort_keys=True))
             return
-        before = json.loads(stored)
-        # a setting added after the store was built counts as unchanged while it keeps its value from before
+        diff = self.settings_differences(json.loads(stored))
+        if diff:
+            raise StoreError(f"{self.path} was built with other settings ({diff}); continue it with the settings "
+                             f"it was built with, or build into a new memory folder")
+
+    def settings_differences(self, before: dict) -> str:
+        """How build settings recorded earlier (`before`: a store's, an export's) differ from this config's, as
+        "key: old then, new now; ..." ("" when they fit). A setting added after they were recorded counts as
+        unchanged while it keeps the value it had before its key existed."""
+        now = self.build_settings()
+        before = dict(before)
         for comp in self.components:
             before.update({k: v for k, v in comp.before_key_existed.items() if k in now and k not in before})
         diff = sorted(k for k in set(before) | set(now) if before.get(k) != now.get(k))
-        if diff:
-            shown = "; ".join(f"{k}: {before.get(k)!r} then, {now.get(k)!r} now" for k in diff[:6])
-            raise StoreError(f"{self.path} was built with other settings ({shown}{' ...' if len(diff) > 6 else ''}); "
-                             f"continue it with the settings it was built with, or build into a new memory folder")
+        shown = "; ".join(f"{k}: {before.get(k)!r} then, {now.get(k)!r} now" for k in diff[:6])
+        return shown + (" ..." if len(diff) > 6 else "")
 
     def check_models(self) -> None:
         """Find model problems before anything is filed: a model that is missing (a name not in the manifest, a
@@ -235,14 +276,21 @@ class Memory:
             yield from comp.build_step(conversation_id, seal, progress if n == 0 else None)
 
     def add(self, messages: Iterable[Message | dict], seal: bool = False,
-            progress: Callable[[int], None] | None = None) -> int:
+            progress: Callable[[int], None] | None = None, *, conversation_id: str | None = None,
+            user_id: str | None = None, agent_id: str | None = None, metadata: Mapping[str, Any] | None = None) -> int:
         """Store messages (skipping ones already stored) and file every pending message into boxes.
 
-        Returns how many messages were new. Messages are written before they are processed, so an
-        interrupted call is resumed by calling `add` again (with the same or no messages).
+        Returns how many messages were new. Idempotent by (conversation id, message id): a message stored already
+        is skipped, or refused when its speaker, text or tags differ. Messages are written before they are
+        processed, so an interrupted call is resumed by calling `add` again (with the same or no messages).
+
+        Messages are Message objects or dicts with the JSONL fields (ingest.py), each with optional `user_id`,
+        `agent_id` and `metadata` (a JSON object of at most 4 KB). The keyword arguments apply to the whole call:
+        `conversation_id` for dicts that name none (a message of another conversation is refused), `user_id` and
+        `agent_id` for messages that carry none, `metadata` under each message's own (its keys win).
         """
         # every message is checked (InputError) before anything is written, the write lock's file included
-        return self._add(as_messages(messages), seal, progress)
+        return self._add(as_messages(messages, "add", conversation_id, user_id, agent_id, metadata), seal, progress)
 
     @_writes("Memory.add")
     def _add(self, msgs: list[Message], seal: bool, progress: Callable[[int], None] | None) -> int:
@@ -258,6 +306,8 @@ class Memory:
 
     @_writes("Memory.seal")
     def seal(self, conversation_id: str | None = None) -> None:
+        """Seal and extract each conversation's open box (end of a conversation), after extracting and weaving
+        the boxes left to (those an update or a forget invalidated, those whose extraction failed)."""
         self.check_build_settings()
         convs = [conversation_id] if conversation_id else self.store.conversations()
         if self.has_work(convs):
@@ -272,7 +322,7 @@ class Memory:
         for comp in self.components:
             comp.sync()
 
-    # ---- forgetting -----------------------------------------------------------------------------
+    # ---- forgetting and changing ------------------------------------------------------------------
     @_writes("Memory.forget")
     def forget(self, conversation_id: str, message_ids: Iterable[str] | None = None) -> dict[str, int]:
         """Erase messages of one conversation (every one of them when `message_ids` is None) and all that was
@@ -281,47 +331,137 @@ class Memory:
         In one transaction: each system deletes what it derived (Component.forget: the box memory's events,
         traces, records, emptied boxes; a box that keeps other messages is extracted again by the next build)
         and the cached embeddings of derived texts; then the messages and their own cached embeddings (and the
-        chunks of them the retrieval modes embed) go. Then the database is scrubbed (deleted cells zeroed,
-        VACUUM, the write-ahead log truncated) and the vector indexes beside it are deleted: rebuilt now when an
-        embedder is at hand, else by the next search. Returns counts: messages, each system's (boxes, events,
-        traces, boxes_to_extract, boxes_to_weave), cached_vectors, and scrubbed (0 when another process held the
-        store open and kept the log from being truncated). Questions asked earlier stay in the embedding cache
-        under their hash (their text is not stored)."""
+        chunks of them the retrieval modes embed) go, each deletion recorded in the history (ids only). Then the
+        database is scrubbed (deleted cells zeroed, VACUUM, the write-ahead log truncated) and the vector indexes
+        beside it are deleted: rebuilt now when an embedder is at hand, else by the next search. Returns counts:
+        messages, each system's (boxes, events, traces, boxes_to_extract, boxes_to_weave), cached_vectors, and
+        scrubbed (0 when another process held the store open and kept the log from being truncated). Questions
+        asked earlier stay in the embedding cache under their hash (their text is not stored)."""
+        return self._forget({conversation_id: None if message_ids is None else _ids(message_ids, "message ids",
+                                                                                    "forget")})
+
+    def delete(self, conversation_id: str, message_ids: Iterable[str]) -> dict[str, int]:
+        """Erase these messages of one conversation and all derived from them: Memory.forget (its counts)."""
+        return self.forget(conversation_id, _ids(message_ids, "message ids", "delete"))
+
+    @_writes("Memory.delete_all")
+    def delete_all(self, conversation_id: str | None = None, *, user_id: str | None = None,
+                   agent_id: str | None = None) -> dict[str, int]:
+        """Erase a whole conversation, or every message of one user or one agent (in every conversation), with
+        all derived from them: Memory.forget's erasure, in one transaction and one scrub. Give exactly one."""
+        given = {k: v for k, v in (("conversation_id", conversation_id), ("user_id", user_id),
+                                   ("agent_id", agent_id)) if v is not None}
+        if len(given) != 1:
+            raise InputError(f"delete_all: give exactly one of conversation_id, user_id, agent_id (got "
+                             f"{', '.join(given) or 'none'})")
+        if conversation_id is not None:
+            return self._forget({conversation_id: None})
+        targets: dict[str, list[str]] = {}
+        for m in self.store.find_messages(None, user_id, agent_id):
+            targets.setdefault(m.conversation_id, []).append(m.message_id)
+        if not targets:
+            (key, value), = given.items()
+            raise NotFound(f"{self.path}: no message with {key} {value!r} in this memory; nothing deleted")
+        return self._forget(targets)
+
+    @_writes("Memory.reset")
+    def reset(self) -> dict[str, int]:
+        """Empty the memory: every conversation forgotten as Memory.forget does, then what no conversation owns
+        (the history, usage, the embedding cache, the build settings; Store.clear) deleted, in one transaction,
+        and the files scrubbed. The folder keeps its schema, systems and embedder; it can be built again, with
+        other build settings too. Returns forget's counts, summed."""
+        return self._forget({c: None for c in self.store.conversations()}, clear=True)
+
+    def _forget(self, targets: dict[str, list[str] | None], clear: bool = False) -> dict[str, int]:
+        """Erase messages of each conversation (None: all of its messages), every id checked before anything is
+        deleted; with `clear`, Store.clear too; one transaction, then one scrub (Memory.forget)."""
+        self._refuse_sharded("forgetting")
+        plan = []
+        for conv, ids in targets.items():
+            rows = self._stored_messages(conv)
+            plan.append((conv, rows, self._known_ids(conv, rows, ids, "forgotten")))
+        counts = {"messages": 0}
+        with self.store.transaction():
+            for conv, rows, ids in plan:
+                _add_counts(counts, self._erase(conv, rows, ids))
+            if clear:
+                self.store.clear()
+        return self._after_erasure(counts)
+
+    def _erase(self, conversation_id: str, rows: list[Message], ids: list[str]) -> dict[str, int]:
+        """Inside _forget's transaction: each system's derived records, the messages, their cached vectors."""
+        counts: dict[str, int] = {}
+        for comp in self.components:
+            _add_counts(counts, comp.forget(conversation_id, ids))
+        counts["messages"] = self.store.delete_messages(conversation_id, ids)
+        counts["cached_vectors"] = counts.get("cached_vectors", 0) + self.store.forget_vectors(_quoted(rows, ids))
+        return counts
+
+    @_writes("Memory.update")
+    def update(self, conversation_id: str, message_id: str, text: str) -> dict[str, int]:
+        """Replace a stored message's text. What was derived from the old text goes as forget would take it (the
+        box holding the message loses its record, events and traces and is extracted and woven again by the next
+        `add` or `seal`; the cached vectors of the old text and of every text quoting it are dropped; the vector
+        indexes are rebuilt), the change is recorded in the history (without either text), and the files are
+        scrubbed so that the old text is in none of them. Returns forget's counts (messages: 1, or 0 when the
+        text is the same, which changes nothing). The message keeps its id, place, box and tags; adding it again
+        with its old text is refused afterwards (message ids must be stable)."""
+        check_text(text, "update")
+        self._refuse_sharded("updating")
+        rows = self._stored_messages(conversation_id)
+        [message_id] = self._known_ids(conversation_id, rows, [message_id], "updated")
+        old = next(m for m in rows if m.message_id == message_id)
+        if old.text == text:
+            return {"messages": 0}
+        counts: dict[str, int] = {}
+        with self.store.transaction():
+            for comp in self.components:
+                _add_counts(counts, comp.revise(conversation_id, [message_id]))
+            counts["cached_vectors"] = counts.get("cached_vectors", 0) + \
+                self.store.forget_vectors(_quoted(rows, [message_id]))
+            self.store.set_message_text(conversation_id, message_id, text)
+            counts["messages"] = 1
+        return self._after_erasure(counts)
+
+    def _refuse_sharded(self, doing: str) -> None:
         if (self.path / "shards.json").exists():
             raise StoreError(f"{self.path} is sharded (built with --engine ray): its shards keep their own copies of "
-                             f"the messages, and the next build merges them back; forgetting in a sharded memory "
+                             f"the messages, and the next build merges them back; {doing} in a sharded memory "
                              f"is not supported")
+
+    def _stored_messages(self, conversation_id: str) -> list[Message]:
+        """The conversation's messages; a conversation this memory does not hold is a NotFound naming it."""
         rows = self.store.messages(conversation_id)
         if not rows:
             known = self.store.conversations()
             held = f"its conversations: {', '.join(known[:10])}{' ...' if len(known) > 10 else ''}" if known \
                 else "it holds none"
-            raise StoreError(f"{self.path}: no conversation {conversation_id!r} in this memory ({held})")
-        ids = [m.message_id for m in rows] if message_ids is None else list(dict.fromkeys(message_ids))
-        if not ids:
-            raise StoreError("forget: no message ids given")
+            raise NotFound(f"{self.path}: no conversation {conversation_id!r} in this memory ({held})")
+        return rows
+
+    def _known_ids(self, conversation_id: str, rows: list[Message], ids: list[str] | None, verb: str) -> list[str]:
+        """`ids` (None: every message of `rows`), each one a stored message of the conversation, else NotFound
+        ("...; nothing <verb>")."""
+        if ids is None:
+            return [m.message_id for m in rows]
         stored = {m.message_id for m in rows}
         unknown = [i for i in ids if i not in stored]
         if unknown:
             more = " ..." if len(unknown) > 10 else ""
-            raise StoreError(f"{self.path}: conversation {conversation_id!r} has no message "
-                             f"{', '.join(map(repr, unknown[:10]))}{more}; nothing forgotten")
-        gone = set(ids)
-        texts = [m.text for m in rows if m.message_id in gone] + quoting_texts(rows, gone)
-        counts = {"messages": 0}
-        with self.store.transaction():
-            for comp in self.components:
-                for key, n in comp.forget(conversation_id, ids).items():
-                    counts[key] = counts.get(key, 0) + n
-            counts["messages"] = self.store.delete_messages(conversation_id, ids)
-            counts["cached_vectors"] = counts.get("cached_vectors", 0) + self.store.forget_vectors(texts)
+            raise NotFound(f"{self.path}: conversation {conversation_id!r} has no message "
+                           f"{', '.join(map(repr, unknown[:10]))}{more}; nothing {verb}")
+        return ids
+
+    def _after_erasure(self, counts: dict[str, int]) -> dict[str, int]:
+        """After a transaction that deleted or replaced text: scrub the files, drop the vector indexes (rebuilt
+        now when that loads no model, else by the next search)."""
         counts["scrubbed"] = int(self.store.scrub())
-        self._drop_indexes()
-        if self._embedder is not None:  # rebuilt now only when that loads no model
+        self.drop_indexes()
+        if self._embedder is not None:
             self.sync()
         return counts
 
-    def _drop_indexes(self) -> None:
+    def drop_indexes(self) -> None:
         """Delete the vector indexes beside the store: they are derived, and rebuilt from it when missing."""
         self._indexes.clear()
         # the indexes, their id maps, and what an index save killed midway left (it may hold forgotten vectors)
@@ -335,22 +475,116 @@ class Memory:
         self.system("membox")
         return self.store.boxes(conversation_id)
 
+    def get(self, id: int | tuple[str, str]) -> Box | Message:
+        """One record by its id: a box id (int) gives the Box, with its messages and events; a (conversation_id,
+        message_id) pair gives the Message, with its tags. NotFound (a KeyError) names an id this memory lacks."""
+        if isinstance(id, int) and not isinstance(id, bool):
+            self.system("membox")
+            return self.store.box(id)
+        return self.store.message(*self._message_key(id, "get"))
+
+    def history(self, id: int | tuple[str, str]) -> list[Change]:
+        """Every change to a box (its id) or a message ((conversation_id, message_id)), oldest first, with its UTC
+        time: a message's add, update, delete; a box's add, seal, extract, re-extract, extract-failed, invalidate,
+        weave, delete (records.Change). A deleted record keeps its history (ids and events, never its text). A store
+        migrated from schema 1 starts its records' history then. NotFound when the id has no history and names no
+        record."""
+        if isinstance(id, int) and not isinstance(id, bool):
+            changes = self.store.history(box_id=id)
+            if not changes:
+                self.get(id)  # NotFound for an unknown box
+            return changes
+        conversation_id, message_id = self._message_key(id, "history")
+        changes = self.store.history(conversation_id, message_id)
+        if not changes:
+            self.store.message(conversation_id, message_id)
+        return changes
+
+    @staticmethod
+    def _message_key(id: object, where: str) -> tuple[str, str]:
+        if isinstance(id, tuple) and len(id) == 2 and all(isinstance(x, str) for x in id):
+            return id
+        raise InputError(f"{where}: an id is a box id (int) or a (conversation_id, message_id) pair of strings, "
+                         f"got {id!r:.80}")
+
+    KINDS = ("boxes", "messages")
+
+    def get_all(self, conversation_id: str | None = None, kind: str = "boxes", offset: int = 0, limit: int = 100, *,
+                conversation_ids: Iterable[str] | None = None, user_id: str | None = None,
+                agent_id: str | None = None, filters: Mapping[str, Any] | None = None) -> list[Box] | list[Message]:
+        """A page (`offset`, `limit`) of the boxes (by id) or the messages (in conversation order) of one
+        conversation, several (`conversation_ids`) or, naming none, every one. `user_id`, `agent_id` and `filters`
+        (metadata key -> value, equal as JSON: 1 is not 1.0 nor true) keep the messages that match all of them, and
+        the boxes holding one of those."""
+        if kind not in self.KINDS:
+            raise InputError(f"get_all: kind must be one of {', '.join(self.KINDS)}, got {kind!r:.80}")
+        for name, value, least in (("offset", offset, 0), ("limit", limit, 1)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < least:
+                raise InputError(f"get_all: {name} must be an integer of at least {least}, got {value!r:.80}")
+        convs = self._scope("get_all", conversation_id, conversation_ids)
+        if kind == "messages":
+            return self._matching_messages(convs, user_id, agent_id, filters)[offset:offset + limit]
+        page = self._matching_boxes(convs, user_id, agent_id, filters)[offset:offset + limit]
+        return [self.store.box(i) for i in page]
+
+    def _matching_messages(self, convs: list[str] | None, user_id: str | None, agent_id: str | None,
+                           filters: Mapping[str, Any] | None) -> list[Message]:
+        if filters is not None:
+            filters = check_metadata(filters, "filters")
+        return self.store.find_messages(convs, user_id, agent_id, filters)
+
+    def _matching_boxes(self, convs: list[str] | None, user_id: str | None, agent_id: str | None,
+                        filters: Mapping[str, Any] | None) -> list[int]:
+        """Ids of the boxes of these conversations (None: all) holding a message that matches the filters, in
+        ascending order."""
+        self.system("membox")
+        by_conv: dict[str, list[str]] = {}
+        for m in self._matching_messages(convs, user_id, agent_id, filters):
+            by_conv.setdefault(m.conversation_id, []).append(m.message_id)
+        return sorted({b for conv, ids in by_conv.items() for b in self.store.boxes_holding(conv, ids)})
+
+    def _scope(self, where: str, conversation_id: str | None,
+               conversation_ids: Iterable[str] | None) -> list[str] | None:
+        """The conversations a read may see: the one named, the several named, or (None) every one."""
+        if conversation_id is not None and conversation_ids is not None:
+            raise InputError(f"{where}: give conversation_id or conversation_ids, not both")
+        if conversation_id is not None:
+            return [conversation_id]
+        return None if conversation_ids is None else _ids(conversation_ids, "conversation ids", where)
+
     def index(self, name: str) -> VectorIndex:
         """A vector index kept beside the store (`<name>.hnsw`), derived from it and rebuilt when deleted."""
         if name not in self._indexes:
             self._indexes[name] = VectorIndex(self.path / f"{name}.hnsw", self.embedder.dim)
         return self._indexes[name]
 
-    def _default_conversation(self, conversation_id: str | None) -> str | None:
+    def _default_conversation(self, conversation_id: str | None, where: str = "search") -> str | None:
+        """The conversation a read sees: the one named, else the memory's only one. Conversations are the
+        isolation unit, so a read of a memory holding several must say which (or, for search, which several)."""
         if conversation_id is not None:
             return conversation_id
         convs = self.store.conversations()
-        return convs[0] if len(convs) == 1 else None
+        if len(convs) > 1:
+            shown = ", ".join(convs[:5]) + (", ..." if len(convs) > 5 else "")
+            raise InputError(f"{where}: this memory holds {len(convs)} conversations ({shown}); name one with "
+                             f"conversation_id (--conversation), or several with conversation_ids (search)")
+        return convs[0] if convs else None
 
-    def search(self, question: str, k: int | None = None, conversation_id: str | None = None) -> list[tuple[Box, float]]:
+    def search(self, question: str, k: int | None = None, conversation_id: str | None = None, *,
+               conversation_ids: Iterable[str] | None = None, user_id: str | None = None, agent_id: str | None = None,
+               filters: Mapping[str, Any] | None = None) -> list[tuple[Box, float]]:
+        """The k extracted boxes nearest the question (default [retrieve] k), as (Box, cosine), best first.
+
+        Within one conversation (`conversation_id`: nothing of another one is seen) or several
+        (`conversation_ids`); naming none is allowed only when the memory holds one conversation. With `user_id`, `agent_id` or `filters` (metadata key -> value, equal as
+        JSON), among the boxes holding a message that matches them all (as Memory.get_all)."""
         check_question(question, "search")
-        return self.system("membox").search(question, k or self.config.retrieve.k,
-                                            self._default_conversation(conversation_id))
+        k = k or self.config.retrieve.k
+        if conversation_ids is None and user_id is None and agent_id is None and filters is None:
+            return self.system("membox").search(question, k, self._default_conversation(conversation_id))
+        convs = self._scope("search", conversation_id, conversation_ids)
+        return self.system("membox").search(question, k, None,
+                                            boxes=self._matching_boxes(convs, user_id, agent_id, filters))
 
     def modes(self) -> list[str]:
         """Retrieval modes this memory can serve: the message-only ones and those of its systems."""
@@ -367,7 +601,7 @@ class Memory:
             raise ValueError(f"retrieval mode '{mode}' reads a memory system this config does not build; "
                              f"choose one of {self.modes()}")
         retriever = make_retriever(mode, self)
-        return retriever.retrieve(question, self._default_conversation(conversation_id), k or rc.k,
+        return retriever.retrieve(question, self._default_conversation(conversation_id, "retrieve"), k or rc.k,
                                   budget_tokens or rc.budget_tokens)
 
     def answer(self, question: str, conversation_id: str | None = None, **kw) -> Answer:
@@ -412,6 +646,13 @@ class Memory:
 
     def __exit__(self, *exc):
         self.close()
+
+
+def _quoted(rows: list[Message], ids: list[str]) -> list[str]:
+    """The texts the retrieval modes embed (and the store caches) that hold one of these messages: each message
+    alone and every chunk of `rows` holding it (retrieval.quoting_texts)."""
+    gone = set(ids)
+    return [m.text for m in rows if m.message_id in gone] + quoting_texts(rows, gone)
 
 
 def dump_json(obj) -> str:

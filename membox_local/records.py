@@ -2,11 +2,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 
 @dataclass(frozen=True)
 class Message:
-    """One utterance of a conversation, as it arrives."""
+    """One utterance of a conversation, as it arrives. `user_id`, `agent_id` and `metadata` are the caller's tags
+    (mem0's scopes and a free JSON object, at most ingest.METADATA_MAX_BYTES): kept, filtered on, never read by the
+    memory itself ("" and {} when untagged)."""
 
     conversation_id: str
     message_id: str
@@ -15,6 +18,9 @@ class Message:
     session: str = "1"
     session_date: str = ""
     seq: int = -1  # arrival order inside the conversation, set by the store
+    user_id: str = ""
+    agent_id: str = ""
+    metadata: dict[str, Any] = field(default_factory=dict, hash=False)  # compared, not hashed (a dict)
 
     def render(self) -> str:
         return f"{self.speaker}: {' '.join(self.text.split())}"
@@ -64,3 +70,21 @@ class Trace:
     conversation_id: str
     summary: str
     event_ids: list[int] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Change:
+    """One entry of a box's or a message's history (Memory.history): what happened (`event`), when (`at`, UTC,
+    ISO 8601), to which record (`message_id`, or `box_id`), and facts about it (`detail`: ids and counts, never the
+    text of a message, so that forgetting leaves none behind).
+
+    Message events: add, update, delete. Box events: add (opened, or imported), seal, extract, extract-failed,
+    invalidate (its record dropped: a message of it was updated or deleted), re-extract (extracted after that),
+    weave, delete."""
+
+    at: str
+    event: str
+    conversation_id: str
+    message_id: str | None = None
+    box_id: int | None = None
+    detail: dict[str, Any] = field(default_factory=dict, hash=False)

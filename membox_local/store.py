@@ -4,10 +4,11 @@
 memory system adds its own tables and queries as a mixin class (`TABLES`, `SCHEMA`, `SCHEMA_VERSION` and its
 merge rules, e.g. systems/membox_tables.py); `store_class(mixins)` composes them with `Store`, and opening
 the store creates or migrates each part's tables under its own version (meta `schema_version` for the shared
-tables, `schema_version.<name>` for a system's). The database runs in WAL mode. A message row is written
-before it is processed and marked processed in the same transaction that files it, so an interrupted build
-resumes exactly where it stopped. The messages table's filing columns (box_id, decision, score, processed)
-record the box memory's progress; they predate the split into systems and stay here.
+tables, `schema_version.<name>` for a system's; a schema only ever grows, see Store._migrate). The database runs
+in WAL mode. A message row is written before it is processed and marked processed in the same transaction that
+files it, so an interrupted build resumes exactly where it stopped. The messages table's filing columns (box_id, decision, score, processed)
+record the box memory's progress; they predate the split into systems and stay here. The history table
+records every change to a message or a box (Memory.history), with ids and counts only, never a message's text.
 """
 from __future__ import annotations
 
@@ -20,15 +21,17 @@ import threading
 import time
 import uuid
 from contextlib import contextmanager
+from datetime import datetime, timezone
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Any, Iterable, Iterator, Mapping
 
 import numpy as np
 
+from .ingest import metadata_text
 from .private import FILE_MODE, private_dir, private_file, tighten
-from .records import Message
+from .records import Change, Message
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -45,9 +48,14 @@ CREATE TABLE IF NOT EXISTS messages (
     decision TEXT,
     score REAL,
     processed INTEGER NOT NULL DEFAULT 0,
+    user_id TEXT NOT NULL DEFAULT '',
+    agent_id TEXT NOT NULL DEFAULT '',
+    metadata TEXT NOT NULL DEFAULT '{}',
     UNIQUE (conversation_id, message_id)
 );
 CREATE INDEX IF NOT EXISTS messages_conv_seq ON messages (conversation_id, seq);
+CREATE INDEX IF NOT EXISTS messages_user ON messages (user_id);
+CREATE INDEX IF NOT EXISTS messages_agent ON messages (agent_id);
 CREATE TABLE IF NOT EXISTS embeddings (
     model TEXT NOT NULL,
     key TEXT NOT NULL,
@@ -63,11 +71,41 @@ CREATE TABLE IF NOT EXISTS llm_usage (
     completion_tokens INTEGER NOT NULL
 );
 CREATE INDEX IF NOT EXISTS usage_conv ON llm_usage (conversation_id, stage);
+CREATE TABLE IF NOT EXISTS history (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    at TEXT NOT NULL,
+    conversation_id TEXT NOT NULL,
+    message_id TEXT,
+    box_id INTEGER,
+    event TEXT NOT NULL,
+    detail TEXT NOT NULL DEFAULT '{}'
+);
+CREATE INDEX IF NOT EXISTS history_message ON history (conversation_id, message_id);
+CREATE INDEX IF NOT EXISTS history_box ON history (box_id);
 """
+# Columns a schema version added to a table that existed before it: (table, column, declaration), added to a store
+# of an older version when it is opened (Store._migrate). New stores get them from SCHEMA's CREATE TABLE.
+COLUMNS_ADDED: dict[int, tuple[tuple[str, str, str], ...]] = {
+    2: (("messages", "user_id", "TEXT NOT NULL DEFAULT ''"), ("messages", "agent_id", "TEXT NOT NULL DEFAULT ''"),
+        ("messages", "metadata", "TEXT NOT NULL DEFAULT '{}'")),
+}
 
 
 class StoreError(RuntimeError):
     pass
+
+
+class NotFound(StoreError, KeyError):
+    """No record with this id (a box, a message, a conversation): a StoreError, and a KeyError for callers that
+    look records up as in a dict; shown as its message (a KeyError alone would show it quoted)."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+def utc_now() -> str:
+    """The time of a history entry: UTC, ISO 8601 to the microsecond."""
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 LOCK_FILE = "build.lock"
@@ -223,8 +261,9 @@ class Store:
     TABLES = "core"
     SCHEMA = SCHEMA
     SCHEMA_VERSION = SCHEMA_VERSION
-    ID_COLUMNS = {"messages": {"uid": "messages"}, "llm_usage": {"id": "llm_usage"}}
-    OWN_ID = {"messages": "uid", "llm_usage": "id"}
+    COLUMNS_ADDED = COLUMNS_ADDED
+    ID_COLUMNS = {"messages": {"uid": "messages"}, "llm_usage": {"id": "llm_usage"}, "history": {"id": "history"}}
+    OWN_ID = {"messages": "uid", "llm_usage": "id", "history": "id"}
     KEYED = ("embeddings", "meta")
 
     def __init__(self, path: str | Path):
@@ -250,23 +289,41 @@ class Store:
 
     # ---- plumbing -------------------------------------------------------------------------------
     def _migrate(self) -> None:
-        """Create or migrate the tables of the shared part and of every mixin, each under its own version."""
+        """Create or migrate the tables of the shared part and of every mixin, each under its own version, in one
+        transaction. A schema only grows: a version adds tables and indexes (SCHEMA's CREATE ... IF NOT EXISTS) and
+        columns (COLUMNS_ADDED, added to a store of an older version before SCHEMA runs, so that its indexes find
+        them); a store of an older version is lifted to the current one when opened, a newer one is refused."""
         with self.transaction():
             for part in reversed(type(self).__mro__):
                 if "SCHEMA" not in part.__dict__:
                     continue
                 key = "schema_version" if part.TABLES == "core" else f"schema_version.{part.TABLES}"
+                stored = self._schema_version(key)
+                if stored is not None and stored > part.SCHEMA_VERSION:
+                    raise StoreError(
+                        f"{self.path} has {part.TABLES} schema version {stored}, newer than this "
+                        f"membox_local ({part.SCHEMA_VERSION}); upgrade membox_local"
+                    )
+                for version in range((stored or part.SCHEMA_VERSION) + 1, part.SCHEMA_VERSION + 1):
+                    for table, column, declaration in part.__dict__.get("COLUMNS_ADDED", {}).get(version, ()):
+                        self._add_column(table, column, declaration)
                 for stmt in part.SCHEMA.split(";"):
                     if stmt.strip():
                         self.db.execute(stmt)
-                row = self.db.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
-                if row is None:
-                    self.db.execute("INSERT INTO meta VALUES (?, ?)", (key, str(part.SCHEMA_VERSION)))
-                elif int(row["value"]) > part.SCHEMA_VERSION:
-                    raise StoreError(
-                        f"{self.path} has {part.TABLES} schema version {row['value']}, newer than this "
-                        f"membox_local ({part.SCHEMA_VERSION}); upgrade membox_local"
-                    )
+                if stored != part.SCHEMA_VERSION:
+                    self.db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, str(part.SCHEMA_VERSION)))
+
+    def _schema_version(self, key: str) -> int | None:
+        """A part's stored schema version; None for a new store or a part new to it."""
+        if self.db.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name='meta'").fetchone() is None:
+            return None
+        row = self.db.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
+        return None if row is None else int(row["value"])
+
+    def _add_column(self, table: str, column: str, declaration: str) -> None:
+        """Add a column unless the table has it already (idempotent)."""
+        if column not in {r["name"] for r in self.db.execute(f"PRAGMA table_info({table})")}:
+            self.db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {declaration}")
 
     @contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
@@ -298,21 +355,39 @@ class Store:
         with self.transaction():
             self.db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, value))
 
+    @contextmanager
+    def reading(self) -> Iterator[sqlite3.Connection]:
+        """One consistent view of the store over several queries (a read transaction: a build writing meanwhile
+        is not seen half-way); inside a transaction, that one's view."""
+        with self._lock:
+            if self._depth:
+                yield self.db
+                return
+            self.db.execute("BEGIN")
+            try:
+                yield self.db
+            finally:
+                self.db.execute("COMMIT")
+
     # ---- messages -------------------------------------------------------------------------------
     def add_messages(self, messages: Iterable[Message]) -> int:
-        """Insert messages not yet stored; returns how many were new. Same id with other text is an error."""
+        """Insert messages not yet stored (each recorded in the history); returns how many were new. The same id
+        with another speaker, text, user, agent or metadata is an error."""
         added = 0
         with self.transaction():
             for m in messages:
                 row = self.db.execute(
-                    "SELECT speaker, text FROM messages WHERE conversation_id=? AND message_id=?",
-                    (m.conversation_id, m.message_id),
+                    "SELECT speaker, text, user_id, agent_id, metadata FROM messages "
+                    "WHERE conversation_id=? AND message_id=?", (m.conversation_id, m.message_id),
                 ).fetchone()
                 if row is not None:
-                    if row["text"] != m.text or row["speaker"] != m.speaker:
+                    differ = [f for f, v in (("speaker", m.speaker), ("text", m.text), ("user_id", m.user_id),
+                                             ("agent_id", m.agent_id), ("metadata", metadata_text(m.metadata)))
+                              if row[f] != v]
+                    if differ:
                         raise StoreError(
                             f"message {m.conversation_id}/{m.message_id} is already stored with other "
-                            f"content; message ids must be stable"
+                            f"content ({', '.join(differ)}); message ids must be stable"
                         )
                     continue
                 seq = self.db.execute(
@@ -320,19 +395,78 @@ class Store:
                     (m.conversation_id,),
                 ).fetchone()[0]
                 self.db.execute(
-                    "INSERT INTO messages (conversation_id, message_id, seq, speaker, text, session, session_date)"
-                    " VALUES (?, ?, ?, ?, ?, ?, ?)",
-                    (m.conversation_id, m.message_id, seq, m.speaker, m.text, m.session, m.session_date),
+                    "INSERT INTO messages (conversation_id, message_id, seq, speaker, text, session, session_date, "
+                    "user_id, agent_id, metadata) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (m.conversation_id, m.message_id, seq, m.speaker, m.text, m.session, m.session_date,
+                     m.user_id, m.agent_id, metadata_text(m.metadata)),
                 )
+                self.record(m.conversation_id, "add", message_id=m.message_id)
                 added += 1
         return added
+
+    # the messages table's columns as an export writes them and an import restores them (exchange.py); uid is
+    # the store's own
+    MESSAGE_COLUMNS = ("conversation_id", "message_id", "seq", "speaker", "text", "session", "session_date",
+                       "user_id", "agent_id", "metadata", "box_id", "decision", "score", "processed")
+
+    def restore_messages(self, rows: Iterable[Mapping[str, Any]], detail: Mapping[str, Any]) -> int:
+        """Insert messages as an export wrote them (every column of MESSAGE_COLUMNS, `metadata` an object), each
+        recorded in the history as added, with `detail`; returns how many."""
+        n = 0
+        cols = self.MESSAGE_COLUMNS
+        with self.transaction():
+            for row in rows:
+                values = [metadata_text(row[c]) if c == "metadata" else row[c] for c in cols]
+                self.db.execute(f"INSERT INTO messages ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})",
+                                values)
+                self.record(row["conversation_id"], "add", message_id=row["message_id"], detail=detail)
+                n += 1
+        return n
 
     @staticmethod
     def _message(row: sqlite3.Row) -> Message:
         return Message(
             conversation_id=row["conversation_id"], message_id=row["message_id"], speaker=row["speaker"],
             text=row["text"], session=row["session"], session_date=row["session_date"], seq=row["seq"],
+            user_id=row["user_id"], agent_id=row["agent_id"],
+            metadata=json.loads(row["metadata"]) if row["metadata"] != "{}" else {},
         )
+
+    def message(self, conversation_id: str, message_id: str) -> Message:
+        row = self.db.execute("SELECT * FROM messages WHERE conversation_id=? AND message_id=?",
+                              (conversation_id, message_id)).fetchone()
+        if row is None:
+            raise NotFound(f"{self.path.parent}: no message {message_id!r} in conversation {conversation_id!r}")
+        return self._message(row)
+
+    def find_messages(self, conversations: list[str] | None = None, user_id: str | None = None,
+                      agent_id: str | None = None, metadata: Mapping[str, Any] | None = None) -> list[Message]:
+        """The messages of these conversations (None: every one) with this user, this agent and, for each key of
+        `metadata`, that value (equal as JSON: 1 is not 1.0 nor true), in conversation order."""
+        sql, args = "SELECT * FROM messages WHERE 1=1", []
+        for column, value in (("user_id", user_id), ("agent_id", agent_id)):
+            if value is not None:
+                sql += f" AND {column}=?"
+                args.append(value)
+        order = " ORDER BY conversation_id, seq"
+        if conversations is None:
+            rows = self.db.execute(sql + order, args).fetchall()
+        else:
+            rows = [r for cur in self._in_chunks(sql + " AND conversation_id IN ({marks})" + order,
+                                                 list(dict.fromkeys(conversations)), *args) for r in cur]
+            rows.sort(key=lambda r: (r["conversation_id"], r["seq"]))
+        wanted = {k: metadata_text({"v": v}) for k, v in (metadata or {}).items()}
+        msgs = [self._message(r) for r in rows]
+        return [m for m in msgs if all(k in m.metadata and metadata_text({"v": m.metadata[k]}) == v
+                                       for k, v in wanted.items())]
+
+    def set_message_text(self, conversation_id: str, message_id: str, text: str) -> None:
+        """Replace a stored message's text (Memory.update, which drops what was derived from the old one first),
+        recorded in the history without either text."""
+        with self.transaction():
+            self.db.execute("UPDATE messages SET text=? WHERE conversation_id=? AND message_id=?",
+                            (text, conversation_id, message_id))
+            self.record(conversation_id, "update", message_id=message_id)
 
     def pending_messages(self, conversation_id: str) -> list[Message]:
         rows = self.db.execute(
@@ -405,19 +539,51 @@ class Store:
         return {r["stage"]: {"calls": r["calls"], "prompt_tokens": r["p"], "completion_tokens": r["c"]}
                 for r in rows}
 
+    # ---- history (Memory.history) ---------------------------------------------------------------
+    def record(self, conversation_id: str, event: str, message_id: str | None = None, box_id: int | None = None,
+               detail: Mapping[str, Any] | None = None) -> None:
+        """Add a history entry (inside the caller's transaction): `detail` holds ids and counts, never text."""
+        self.db.execute("INSERT INTO history (at, conversation_id, message_id, box_id, event, detail) "
+                        "VALUES (?, ?, ?, ?, ?, ?)",
+                        (utc_now(), conversation_id, message_id, box_id, event, json.dumps(detail or {})))
+
+    def history(self, conversation_id: str | None = None, message_id: str | None = None,
+                box_id: int | None = None) -> list[Change]:
+        """The history of one message (conversation_id and message_id) or one box (box_id), oldest first."""
+        if box_id is not None:
+            rows = self.db.execute("SELECT * FROM history WHERE box_id=? ORDER BY id", (box_id,))
+        else:
+            rows = self.db.execute("SELECT * FROM history WHERE conversation_id=? AND message_id=? ORDER BY id",
+                                   (conversation_id, message_id))
+        return [Change(r["at"], r["event"], r["conversation_id"], r["message_id"], r["box_id"], json.loads(r["detail"]))
+                for r in rows.fetchall()]
+
     # ---- forgetting (Memory.forget) -------------------------------------------------------------
     def delete_messages(self, conversation_id: str, message_ids: Iterable[str]) -> int:
-        """Delete messages of one conversation; returns how many were deleted. When the conversation is left
-        with no message, its usage rows go too. What other tables derived from them is each system's to delete
-        (Component.forget), in the same transaction."""
+        """Delete messages of one conversation, each recorded in the history (ids only); returns how many were
+        deleted. When the conversation is left with no message, its usage rows go too. What other tables derived
+        from them is each system's to delete (Component.forget), in the same transaction."""
         ids = list(dict.fromkeys(message_ids))
         with self.transaction():
+            for cur in self._in_chunks("SELECT message_id FROM messages WHERE conversation_id=? "
+                                       "AND message_id IN ({marks}) ORDER BY seq", ids, conversation_id):
+                for r in cur.fetchall():
+                    self.record(conversation_id, "delete", message_id=r[0])
             deleted = sum(cur.rowcount for cur in self._in_chunks(
                 "DELETE FROM messages WHERE conversation_id=? AND message_id IN ({marks})", ids, conversation_id))
             if self.db.execute("SELECT 1 FROM messages WHERE conversation_id=? LIMIT 1",
                                (conversation_id,)).fetchone() is None:
                 self.db.execute("DELETE FROM llm_usage WHERE conversation_id=?", (conversation_id,))
         return deleted
+
+    def clear(self) -> None:
+        """Delete what no conversation owns once every conversation is forgotten (Memory.reset): the history, usage
+        rows left (answers asked with no conversation), the embedding cache (questions asked), the build settings.
+        The memory keeps its schema, systems and embedder."""
+        with self.transaction():
+            for table in ("history", "llm_usage", "embeddings"):
+                self.db.execute(f"DELETE FROM {table}")
+            self.db.execute("DELETE FROM meta WHERE key='build_settings'")
 
     def forget_vectors(self, texts: Iterable[str]) -> int:
         """Drop the cached embeddings of these texts, under every model; returns how many rows went."""

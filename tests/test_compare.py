@@ -23,8 +23,11 @@ def test_identical_configs_agree(tmp_path, cfg):
     questions = {"maya-tom": [{"question": "Which race did Maya sign up for?", "answer": "Lisbon half marathon",
                                "category": 4}]}
     r = compare(cfg, cfg, msgs, tmp_path, questions, k=3, backends=(FakeBackend(), FakeBackend()),
-                embedders=(FakeEmbedder(), FakeEmbedder()))
+                embedders=(FakeEmbedder(), FakeEmbedder()), asks=["Who is Pepper?"])
     row = r["conversations"]["maya-tom"]
+    assert row["failed_boxes"] == {"A": 0, "B": 0}
+    [asked] = row["answers"]
+    assert asked["A"] == asked["B"] and asked["f1_between"] == 1.0
     assert row["labels"]["agreement"] == 1.0
     assert row["segmentation"]["pk"] == 0.0 and row["segmentation"]["wd"] == 0.0
     assert row["boxes"]["A"] == row["boxes"]["B"] == row["extraction"]["boxes_same_span"]
@@ -32,7 +35,7 @@ def test_identical_configs_agree(tmp_path, cfg):
     assert row["qa_f1"]["A"] == row["qa_f1"]["B"]
     assert r["cost"]["A"]["llm_usage"]["extract"]["calls"] == row["boxes"]["A"]
     md = to_markdown(r)
-    assert "| maya-tom | 1.000 | 0.000 |" in md and "| A |" in md
+    assert "| maya-tom | 1.000 | 0.000 |" in md and "| A |" in md and "| maya-tom | Who is Pepper? |" in md
     json.dumps(r)
 
 

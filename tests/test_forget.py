@@ -36,7 +36,7 @@ def files_holding(folder: Path, needle: bytes) -> list[str]:
 
 def use_everything(mem: Memory, question: str) -> None:
     """Search and answer in every mode, so indexes and the embedding cache hold whatever they derive."""
-    mem.search(question)
+    mem.search(question, conversation_id=CONV)
     for mode in MODES:
         assert mem.answer(question, CONV, mode=mode).text
 

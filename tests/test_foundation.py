@@ -25,7 +25,7 @@ from membox_local.testing import FakeBackend, FakeEmbedder
 def test_store_is_wal_versioned_and_idempotent(tmp_path):
     s = Store(tmp_path / "m.db")
     assert s.db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-    assert s.get_meta("schema_version") == "1"
+    assert s.get_meta("schema_version") == "2"  # 2: message tags and the history table (tests/test_verbs.py)
     m = [Message("c", "1", "A", "hi"), Message("c", "2", "B", "hello")]
     assert s.add_messages(m) == 2
     assert s.add_messages(m) == 0
@@ -142,6 +142,72 @@ def test_chunked_model_joined_by_several_processes_at_once(tmp_path, monkeypatch
         paths = list(pool.map(lambda _: weights.resolve_model("toy", {"toy": spec}), range(8)))
     assert {p.read_bytes() == whole for p in paths} == {True}
     assert sorted(p.name for p in (tmp_path / "cache").iterdir()) == ["toy.gguf", "toy.sha256"]
+
+
+def _toy_derived(tmp_path, monkeypatch):
+    """A source GGUF of a few bytes and a recipe double that writes a two-file folder, counting its runs."""
+    src = tmp_path / "toy.gguf"
+    src.write_bytes(b"gguf bytes")
+    monkeypatch.setenv("MEMBOX_CACHE", str(tmp_path / "cache"))
+    runs = []
+
+    def fake_recipe(gguf, out, dtype):
+        runs.append((gguf, dtype))
+        (out / "config.json").write_text('{"model_type": "toy"}')
+        (out / "model.safetensors").write_bytes(gguf.read_bytes() * 3)
+        return {"transformers": "test"}
+
+    monkeypatch.setattr(weights, "_hf_dequantize", fake_recipe)
+    manifest = {"toy": weights.ModelSpec("toy", "path", path=str(src)),
+                "toy-hf": weights.ModelSpec("toy-hf", "derived", source="toy", recipe="hf-dequantize",
+                                            dtype="bfloat16")}
+    return manifest, runs
+
+
+def test_derived_model_is_made_once_recorded_and_checked(tmp_path, monkeypatch):
+    manifest, runs = _toy_derived(tmp_path, monkeypatch)
+    folder = weights.resolve_model("toy-hf", manifest)
+    assert folder == tmp_path / "cache" / "toy-hf" and len(runs) == 1
+    record = json.loads((folder / weights.RECORD).read_text())
+    assert record["source_sha256"] == hashlib.sha256(b"gguf bytes").hexdigest()
+    assert set(record["files"]) == {"config.json", "model.safetensors"} and record["recipe"] == "hf-dequantize"
+    assert weights.resolve_model("toy-hf", manifest) == folder and len(runs) == 1  # found, not made again
+    (folder / "model.safetensors").write_bytes(b"tampered!" * 3 + b"xxx")  # same size, other bytes
+    assert "does not match its recorded sha256" in weights.derived_record_problem(
+        folder, manifest["toy-hf"], record["source_sha256"])
+    weights.resolve_model("toy-hf", manifest)
+    assert len(runs) == 2 and (folder / "model.safetensors").read_bytes() == b"gguf bytes" * 3  # made again
+    manifest["toy-hf"].dtype = "float32"  # another recipe setting: the folder no longer fits
+    weights.resolve_model("toy-hf", manifest)
+    assert len(runs) == 3 and runs[-1][1] == "float32"
+    assert [p.name for p in (tmp_path / "cache").iterdir()] == ["toy-hf"]  # no .part or .old folders left
+
+
+def test_derived_model_failures_are_loud_and_leave_nothing(tmp_path, monkeypatch):
+    manifest, _ = _toy_derived(tmp_path, monkeypatch)
+
+    def broken(gguf, out, dtype):
+        (out / "half.bin").write_bytes(b"x")
+        raise weights.ModelNotFound("deriving a Hugging Face folder needs transformers, gguf and accelerate")
+
+    monkeypatch.setattr(weights, "_hf_dequantize", broken)
+    with pytest.raises(weights.ModelNotFound, match="needs transformers"):
+        weights.resolve_model("toy-hf", manifest)
+    assert list((tmp_path / "cache").iterdir()) == []
+    manifest["toy-hf"].recipe = "magic"
+    with pytest.raises(weights.ModelNotFound, match="unknown recipe 'magic'"):
+        weights.resolve_model("toy-hf", manifest)
+    manifest["toy-hf"].recipe, manifest["toy-hf"].source = "hf-dequantize", "toy-hf"
+    with pytest.raises(weights.ModelNotFound, match="is not a shipped model"):
+        weights.resolve_model("toy-hf", manifest)
+
+
+def test_shipped_derived_models_name_shipped_sources():
+    manifest = weights.load_manifest()
+    derived = {n: s for n, s in manifest.items() if s.kind == "derived"}
+    assert {"smollm2-135m-hf", "qwen2.5-coder-0.5b-hf"} <= set(derived)
+    for spec in derived.values():
+        assert manifest[spec.source].kind != "derived" and spec.recipe in weights.RECIPES and spec.dtype
 
 
 def test_unknown_model_names_the_manifest():

@@ -136,3 +136,19 @@ def test_the_cpu_judges_score_lines_with_the_real_model(config):
     half = len(dec) // 2
     again, _ = run_segmenter(cfg, {conv: [m for m in msgs if m.conversation_id == conv][:half]})
     assert [d.continues for d in again[conv]] == [d.continues for d in dec[:half]]
+
+
+def test_export_and_import_keep_the_contexts(built, tmp_path):
+    """The real build exported and imported into a new folder (membox_local/exchange.py): the same boxes, and the
+    same contexts with the real embedder (loaded once: the copy shares the build's)."""
+    from membox_local.exchange import export_to_file, import_export, read_export
+
+    path = tmp_path / "memory.jsonl"
+    counts = export_to_file(built.store, path)
+    with Memory(tmp_path / "copy", built.config, embedder=built.embedder.inner) as copy:
+        assert import_export(copy, read_export(path)) == counts
+        assert copy.boxes() == built.boxes() and copy.store.traces() == built.store.traces()
+        built.drop_indexes()  # derived: rebuilt from the store as the copy's is, adding boxes in the same order
+        for q in ("What is the name of Tom's cat?", "Which race did Maya sign up for?", "How is Maya's knee?"):
+            for mode in ("compact", "trace", "box-hits"):
+                assert copy.context(q, mode=mode).text == built.context(q, mode=mode).text, (q, mode)

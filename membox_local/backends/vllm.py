@@ -25,6 +25,7 @@ run by this project's CI.
 """
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -62,8 +63,12 @@ class VLLMAdapter:
         return {"model": model, "dtype": c.dtype, "gpu_memory_utilization": c.gpu_memory_utilization,
                 "max_model_len": c.max_model_len, "max_num_seqs": c.max_num_seqs,
                 "tensor_parallel_size": c.tensor_parallel_size, "seed": c.seed,
-                "enable_prefix_caching": True, "logprobs_mode": "processed_logprobs",
+                "enable_prefix_caching": True, "logprobs_mode": "processed_logprobs", "enforce_eager": c.enforce_eager,
                 "structured_outputs_config": {"backend": c.structured_engine}}
+
+    def engine_env(self) -> dict[str, str]:
+        """Environment the engine reads at start (vLLM's CPU build sizes its KV cache from it)."""
+        return {"VLLM_CPU_KVCACHE_SPACE": str(self.cfg.cpu_kv_cache_gb)} if self.cfg.cpu_kv_cache_gb else {}
 
     def sampling_kwargs(self, max_tokens: int) -> dict[str, Any]:
         return {"temperature": self.cfg.temperature, "max_tokens": max_tokens, "seed": self.cfg.seed}
@@ -126,6 +131,7 @@ class VLLMBackend(Backend):
         self.model = model or resolve_vllm_model(cfg.model)
         self._SamplingParams = vllm.SamplingParams
         self._StructuredOutputsParams = StructuredOutputsParams
+        os.environ.update(self.adapter.engine_env())
         self.llm = vllm.LLM(**self.adapter.engine_kwargs(self.model))
         self.tokenizer = self.llm.get_tokenizer()
         if not getattr(self.tokenizer, "chat_template", None):

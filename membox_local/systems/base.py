@@ -70,6 +70,15 @@ class Component:
             raise NotImplementedError(f"the {self.name!r} memory system cannot forget messages yet")
         return {}
 
+    def revise(self, conversation_id: str, message_ids: list[str]) -> dict[str, int]:
+        """These messages of one conversation keep their place but get new text (Memory.update, which writes it
+        right after, in the same transaction): delete what the system derived from their old text, as forget does,
+        with the cached embeddings of derived texts, and leave it to the next build to derive again. Returns counts
+        as forget does. The default refuses for a system with tables, as forget does."""
+        if self.tables is not None:
+            raise NotImplementedError(f"the {self.name!r} memory system cannot update messages yet")
+        return {}
+
     def stats(self, conversation_id: str | None = None) -> dict[str, Any]:
         return {}
 

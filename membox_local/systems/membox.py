@@ -4,7 +4,7 @@ boxes, retrieval/compact.py) and box-hits, box-hits-trace (messages read inside 
 """
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Collection
 
 from ..index import VectorIndex
 from ..loom import Loom
@@ -71,7 +71,13 @@ class BoxMemory(Component):
             yield from loom.seal_open()
 
     def seal_step(self, conversation_id: str) -> Step:
-        yield from self.loom(conversation_id).seal_open()
+        """Extract and weave what is left to (boxes an update or a forget invalidated, failed ones), then seal and
+        extract the open box."""
+        loom = self.loom(conversation_id)
+        yield from loom.finish_pending()
+        if self.weaver is not None:
+            yield from self.weaver.weave_pending(conversation_id)
+        yield from loom.seal_open()
 
     def todo(self, conversation_id: str) -> int:
         """Pending messages, boxes to extract (sealed or failed), an open box to seal and boxes to weave."""
@@ -94,18 +100,29 @@ class BoxMemory(Component):
             idx.save()
         return idx
 
-    def search(self, question: str, k: int, conversation_id: str | None) -> list[tuple[Box, float]]:
+    def search(self, question: str, k: int, conversation_id: str | None,
+               boxes: Collection[int] | None = None) -> list[tuple[Box, float]]:
+        """The k extracted boxes nearest the question, of one conversation (None: any) and, given `boxes`, among
+        those ids only."""
         idx = self.sync()
         qv = self.memory.embedder.encode([question])[0]
-        return [(self.store.box(i), s) for i, s in idx.search(qv, k, conversation_id)]
+        return [(self.store.box(i), s) for i, s in idx.search(qv, k, conversation_id, boxes)]
 
     # ---- forgetting -----------------------------------------------------------------------------
     def forget(self, conversation_id: str, message_ids: list[str]) -> dict[str, int]:
         """Delete the boxes' records, events and traces derived from these messages (store.forget_boxes) and the
         cached embeddings of the texts that quoted them: each affected box's index text, its events and the
         chunks of its messages that held a forgotten one. The box index is rebuilt by Memory.forget."""
+        return self._undo(conversation_id, message_ids, deleted=True)
+
+    def revise(self, conversation_id: str, message_ids: list[str]) -> dict[str, int]:
+        """As forget, for messages whose text changes (Memory.update): their boxes keep every message, lose their
+        record, events and traces, and are extracted and woven again by the next build."""
+        return self._undo(conversation_id, message_ids, deleted=False)
+
+    def _undo(self, conversation_id: str, message_ids: list[str], deleted: bool) -> dict[str, int]:
         s = self.store
-        whole = {m.message_id for m in s.messages(conversation_id)} <= set(message_ids)
+        whole = deleted and {m.message_id for m in s.messages(conversation_id)} <= set(message_ids)
         ids = [b.id for b in s.boxes(conversation_id)] if whole else s.boxes_holding(conversation_id, message_ids)
         texts: list[str] = []
         for bid in ids:
@@ -113,12 +130,12 @@ class BoxMemory(Component):
             texts.append(box_index_text(box))
             texts += [e.text for e in box.events]
             texts += quoting_texts(box.messages, message_ids)
-        counts = s.forget_boxes(ids, message_ids)
+        counts = s.forget_boxes(ids, message_ids if deleted else [], cause="delete" if deleted else "update")
         if whole:
             with s.transaction():
                 s.db.execute("DELETE FROM meta WHERE key=?", (f"weaver:{conversation_id}",))
         counts["cached_vectors"] = s.forget_vectors(texts)
-        self.looms.pop(conversation_id, None)  # its open box and recent messages may hold forgotten ones
+        self.looms.pop(conversation_id, None)  # its open box and recent messages may hold the old texts
         return counts
 
     # ---- reporting ------------------------------------------------------------------------------

@@ -1,14 +1,16 @@
 """The box memory's tables and queries: boxes (a run of messages on one topic, with its record), their events,
 and the Trace Weaver's traces. A mixin that `store.store_class` composes with the shared `Store`; the filing
-of messages into boxes writes the messages table's box columns.
+of messages into boxes writes the messages table's box columns. Every change to a box is recorded in the shared
+history table (Store.record): opened, sealed, extracted (again), failed, invalidated, woven, deleted.
 """
 from __future__ import annotations
 
 import json
 import sqlite3
+from typing import Any, Iterable, Mapping
 
 from ..records import Box, Event, Message, Trace
-from ..store import StoreError, store_class
+from ..store import NotFound, store_class
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS boxes (
@@ -61,6 +63,7 @@ class BoxTables:
         "events": {"id": "events", "box_id": "boxes"},
         "traces": {"id": "traces"},
         "trace_events": {"trace_id": "traces", "event_id": "events"},
+        "history": {"box_id": "boxes"},
     }
     OWN_ID = {"boxes": "id", "events": "id", "traces": "id"}
 
@@ -88,16 +91,31 @@ class BoxTables:
                 "INSERT INTO boxes (conversation_id, session, session_date, status) VALUES (?, ?, ?, 'open')",
                 (m.conversation_id, m.session, m.session_date),
             )
+            self.record(m.conversation_id, "add", box_id=int(cur.lastrowid))
             return int(cur.lastrowid)
+
+    # what a box's history calls a move to these statuses (a move to 'extracted' is save_extraction's, or the
+    # weaver recording or clearing its error)
+    STATUS_EVENTS = {"sealed": "seal", "failed": "extract-failed"}
 
     def set_box_status(self, box_id: int, status: str, error: str = "") -> None:
         with self.transaction():
             self.db.execute("UPDATE boxes SET status=?, error=? WHERE id=?", (status, error, box_id))
+            if status in self.STATUS_EVENTS:
+                self._record_box(box_id, self.STATUS_EVENTS[status])
+
+    def _record_box(self, box_id: int, event: str, detail: Mapping[str, Any] | None = None) -> None:
+        conv = self.db.execute("SELECT conversation_id FROM boxes WHERE id=?", (box_id,)).fetchone()[0]
+        self.record(conv, event, box_id=box_id, detail=detail)
 
     def save_extraction(self, box_id: int, topic: str, keywords: list[str], events: list[Event]) -> list[Event]:
         """Write a box's record and its events in one transaction; returns the events with their ids."""
         stored = []
         with self.transaction():
+            # extracted again: after an update or a forget dropped its record (an imported box's first is not here)
+            again = self.db.execute("SELECT 1 FROM history WHERE box_id=? AND event='invalidate' LIMIT 1",
+                                    (box_id,)).fetchone() is not None
+            self._record_box(box_id, "re-extract" if again else "extract", {"events": len(events)})
             self.db.execute("DELETE FROM events WHERE box_id=?", (box_id,))
             self.db.execute(
                 "UPDATE boxes SET topic=?, keywords=?, status='extracted', error='' WHERE id=?",
@@ -131,8 +149,12 @@ class BoxTables:
     def box(self, box_id: int) -> Box:
         row = self.db.execute("SELECT * FROM boxes WHERE id=?", (box_id,)).fetchone()
         if row is None:
-            raise StoreError(f"no box {box_id}")
+            raise NotFound(f"{self.path.parent}: no box {box_id}")
         return self._box(row)
+
+    def box_rows(self, conversation_id: str) -> list[sqlite3.Row]:
+        """The conversation's box rows as stored (with `woven`, which Box does not carry), by id."""
+        return self.db.execute("SELECT * FROM boxes WHERE conversation_id=? ORDER BY id", (conversation_id,)).fetchall()
 
     def boxes(self, conversation_id: str | None = None, status: str | None = None) -> list[Box]:
         sql, args = "SELECT * FROM boxes WHERE 1=1", []
@@ -154,6 +176,7 @@ class BoxTables:
     def mark_woven(self, box_id: int) -> None:
         with self.transaction():
             self.db.execute("UPDATE boxes SET woven=1 WHERE id=?", (box_id,))
+            self._record_box(box_id, "weave")
 
     def unwoven_boxes(self, conversation_id: str) -> list[Box]:
         rows = self.db.execute(
@@ -236,13 +259,14 @@ class BoxTables:
             "SELECT DISTINCT box_id FROM messages WHERE conversation_id=? AND box_id IS NOT NULL "
             "AND message_id IN ({marks})", list(message_ids), conversation_id) for r in cur})
 
-    def forget_boxes(self, box_ids: list[int], message_ids: list[str]) -> dict[str, int]:
+    def forget_boxes(self, box_ids: list[int], message_ids: list[str], cause: str = "delete") -> dict[str, int]:
         """Undo what the box memory derived in these boxes, which lose the messages `message_ids` (deleted by
-        the caller right after, in the same transaction). Every trace holding one of their events is deleted
-        (its summary may quote them), and the other boxes with events in it are marked unwoven, so the next
-        build weaves them again. Their events go; a box left with no message is deleted; a box keeping some
-        loses its record (topic, keywords, error) and, unless still open, goes back to 'sealed', so that the
-        next build extracts it again (Loom.finish_pending)."""
+        the caller right after, in the same transaction; none when a message's text changes instead, `cause`
+        "update"). Every trace holding one of their events is deleted (its summary may quote them), and the other
+        boxes with events in it are marked unwoven, so the next build weaves them again. Their events go; a box
+        left with no message is deleted; a box keeping some loses its record (topic, keywords, error) and, unless
+        still open, goes back to 'sealed', so that the next build extracts it again (Loom.finish_pending). The
+        history records each box deleted or invalidated, with the cause."""
         gone = set(message_ids)
         counts = {"boxes": 0, "events": 0, "traces": 0, "boxes_to_extract": 0, "boxes_to_weave": 0}
         if not box_ids:
@@ -269,9 +293,11 @@ class BoxTables:
                 kept = [r[0] for r in self.db.execute("SELECT message_id FROM messages WHERE box_id=?", (bid,))
                         if r[0] not in gone]
                 if not kept:
+                    self._record_box(bid, "delete", {"cause": cause})
                     self.db.execute("UPDATE messages SET box_id=NULL WHERE box_id=?", (bid,))
                     counts["boxes"] += self.db.execute("DELETE FROM boxes WHERE id=?", (bid,)).rowcount
                     continue
+                self._record_box(bid, "invalidate", {"cause": cause})
                 status = self.db.execute("SELECT status FROM boxes WHERE id=?", (bid,)).fetchone()[0]
                 self.db.execute(
                     "UPDATE boxes SET status=?, topic='', keywords='[]', error='', woven=0 WHERE id=?",
@@ -281,6 +307,39 @@ class BoxTables:
             counts["traces"] = len(traces)
             counts["boxes_to_weave"] = len(rewoven)
         return counts
+
+    # ---- export and import (exchange.py) --------------------------------------------------------
+    def restore_boxes(self, boxes: Iterable[Mapping[str, Any]], detail: Mapping[str, Any]) -> int:
+        """Insert boxes as an export wrote them, under their own ids: the box row's columns (`keywords` a list)
+        and `events` (dicts with id, text, date, grounding, in their order); each recorded in the history as
+        added, with `detail`. Returns how many boxes."""
+        n = 0
+        with self.transaction():
+            for b in boxes:
+                self.db.execute(
+                    "INSERT INTO boxes (id, conversation_id, session, session_date, status, topic, keywords, error, "
+                    "woven) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (b["id"], b["conversation_id"], b["session"], b["session_date"], b["status"], b["topic"],
+                     json.dumps(b["keywords"]), b["error"], b["woven"]))
+                for idx, e in enumerate(b["events"]):
+                    self.db.execute(
+                        "INSERT INTO events (id, box_id, conversation_id, idx, text, date, grounding) "
+                        "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                        (e["id"], b["id"], b["conversation_id"], idx, e["text"], e["date"], e["grounding"]))
+                self.record(b["conversation_id"], "add", box_id=b["id"], detail=detail)
+                n += 1
+        return n
+
+    def restore_traces(self, traces: Iterable[Trace]) -> int:
+        """Insert traces as an export wrote them, under their own ids, with their events; returns how many."""
+        n = 0
+        with self.transaction():
+            for t in traces:
+                self.db.execute("INSERT INTO traces (id, conversation_id, summary) VALUES (?, ?, ?)",
+                                (t.id, t.conversation_id, t.summary))
+                self.add_to_trace(t.id, t.event_ids)
+                n += 1
+        return n
 
 
 # the shared store with the box memory's tables (what a Memory with [memory] systems = ["membox"] opens)
