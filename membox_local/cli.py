@@ -24,7 +24,7 @@ DEMO_QUESTIONS = [
 # Modules under membox_local/evaluation/ that add a `membox eval <name>` subcommand via add_parser(subparsers).
 EVAL_MODULES: list[str] = ["segmentation", "locomo"]
 # Other modules that add a top-level subcommand via add_parser(subparsers).
-COMMAND_MODULES: list[str] = ["compare", "fit", "view"]
+COMMAND_MODULES: list[str] = ["compare", "fit", "view", "server", "mcp_server", "graph_cli"]
 
 
 def _progress(total: int | None, desc: str):
@@ -178,6 +178,11 @@ def cmd_show(args) -> int:
 
     _require_store(args.store)
     store = open_store(args.store)
+    if getattr(args, "graph", False) or not hasattr(store, "boxes"):  # the event graph (an eventweave-only memory)
+        from .graph_cli import print_graph
+
+        print_graph(store, args.conversation)
+        return 0
     if args.traces:
         from .show import print_traces
 
@@ -322,6 +327,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--traces", action="store_true")
     s.add_argument("--failed", action="store_true", help="only boxes whose extraction (or weaving) failed")
     s.add_argument("--messages", action="store_true", help="print each box's messages")
+    s.add_argument("--graph", action="store_true",
+                   help="print the event graph (eventweave): nodes with their events and dates, edges by kind")
     s.set_defaults(func=cmd_show)
 
     f = sub.add_parser("forget", help="erase a conversation or some of its messages, and all derived from them")

@@ -96,7 +96,7 @@ class EmbedderConfig:
 @dataclass
 class MemoryConfig:
     # the memory systems a build makes, each a component of Memory (membox_local/systems): "membox" files
-    # messages into topic boxes with records and traces
+    # messages into topic boxes with records and traces; "eventweave" builds an event graph from the same messages
     systems: list[str] = _opt(lambda: ["membox"], factory=True)
 
 
@@ -151,6 +151,33 @@ class WeaverConfig:
 
 
 @dataclass
+class EventWeaveConfig:
+    """The event graph (systems/eventweave.py); configs/eventweave.toml says what each key means."""
+    max_events: int = _opt(3, lo=1, hi=8)  # events one (previous turn, new turn) pair may yield; [] = no event
+    max_event_chars: int = _opt(160, lo=16)
+    max_when_chars: int = _opt(40, lo=4)  # the time expression of an event, as said ("last Sunday")
+    max_tokens: int = _opt(240, lo=16)  # one extraction call
+    cluster_threshold: float = _opt(0.8, lo=-1.0, hi=1.0)  # delta: an event joins a node above this cosine
+    reasoning_threshold: float = _opt(0.6, lo=-1.0, hi=1.0)  # theta: nodes linked above this context cosine
+    update_threshold: float = _opt(0.97, lo=-1.0, hi=1.0)  # beta: a node's mean moving below this is an update
+    summaries: bool = True  # one summary node per session (one bounded call per session)
+    max_summary_chars: int = _opt(240, lo=16)
+    summary_max_tokens: int = _opt(160, lo=16)
+    max_nodes: int = _opt(0, lo=0)  # bounded memory: event nodes kept per conversation (0: no cap)
+    utility_uniqueness: float = _opt(1.0, lo=0.0)  # lambda1
+    utility_reference: float = _opt(1.0, lo=0.0)  # lambda2
+    utility_cost: float = _opt(0.5, lo=0.0)  # lambda3
+    utility_half_life: float = _opt(20.0, lo=0.1)  # events after which an unreferenced node's recency halves
+    # retrieval (event-graph modes); not build settings
+    recency_weight: float = _opt(0.1, lo=0.0)  # w1
+    relevance_weight: float = _opt(1.0, lo=0.0)  # w2
+    pagerank_weight: float = _opt(0.1, lo=0.0)  # w3
+    half_life: float = _opt(4.0, lo=0.01)  # recency halves after this many half_life_units
+    half_life_unit: str = _opt("sessions", choices=("sessions", "days"), what="half-life unit")
+    damping: float = _opt(0.85, lo=0.0, hi=1.0)  # PageRank's alpha
+
+
+@dataclass
 class RetrieveConfig:
     mode: str = "box-hits"  # a mode of membox_local.retrieval or of a configured memory system
     k: int = _opt(10, lo=1)
@@ -176,6 +203,7 @@ class Config:
     loom: LoomConfig = field(default_factory=LoomConfig)
     extract: ExtractConfig = field(default_factory=ExtractConfig)
     weaver: WeaverConfig = field(default_factory=WeaverConfig)
+    eventweave: EventWeaveConfig = field(default_factory=EventWeaveConfig)
     retrieve: RetrieveConfig = field(default_factory=RetrieveConfig)
     answer: AnswerConfig = field(default_factory=AnswerConfig)
     name: str = "default"

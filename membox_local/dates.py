@@ -125,3 +125,105 @@ def resolve_relative(text: str, session_date: str) -> str:
     if base is None or not _PHRASES.search(text):
         return text
     return _PHRASES.sub(lambda m: f"{m.group(0)} ({resolve_phrase(m, base)})", text)
+
+
+# ---- an event's time expression (systems/eventweave.py) ------------------------------------------
+_LEAD = re.compile(r"^(?:back in|in|on|at|during|around|about|by|from|since|until|till|for)\s+", re.IGNORECASE)
+_ORDINAL_DAY = re.compile(r"^(?:the\s+)?(\d{1,2})(?:st|nd|rd|th)$", re.IGNORECASE)  # "the 7th": dateparser reads July
+
+
+def find_time_phrase(text: str) -> str | None:
+    """The first relative time phrase of the fixed list (above) in `text`, as written; None when there is none."""
+    m = _PHRASES.search(text)
+    return m.group(0) if m else None
+
+
+def _month_span(d: date) -> tuple[date, date]:
+    from dateutil.relativedelta import relativedelta
+
+    first = d.replace(day=1)
+    return first, first + relativedelta(months=1, days=-1)
+
+
+def _phrase_span(match: re.Match, base: date) -> tuple[date, date] | None:
+    """The days a matched phrase covers on `base` (first, last), as resolve_phrase reads it; None when vague."""
+    g = match.groupdict()
+    if g["dby"]:
+        d = base - timedelta(days=2)
+        return d, d
+    if g["day"]:
+        word = g["day"].lower()
+        d = base - timedelta(days=1) if word in ("yesterday", "last night") else \
+            base + timedelta(days=1) if word == "tomorrow" else base
+        return d, d
+    if g["ago"]:
+        n = int(g["n"]) if g["n"].isdigit() else _NUMBERS[g["n"].lower()]
+        unit = g["unit"].lower()
+        d = _ago(n, unit, base)
+        if unit == "year":
+            return date(d.year, 1, 1), date(d.year, 12, 31)
+        if unit == "month":
+            return _month_span(d)
+        return (d, d) if unit == "day" else (d - timedelta(days=3), d + timedelta(days=3))
+    if g["few"]:
+        return None
+    which, what = g["which"].lower(), g["what"].lower()
+    shift = {"last": -1, "this": 0, "next": 1}[which]
+    if what == "year":
+        return date(base.year + shift, 1, 1), date(base.year + shift, 12, 31)
+    if what == "month":
+        from dateutil.relativedelta import relativedelta
+
+        return _month_span(base + relativedelta(months=shift))
+    if what == "week":
+        if which == "last":
+            return base - timedelta(days=7), base - timedelta(days=1)
+        if which == "next":
+            return base + timedelta(days=1), base + timedelta(days=7)
+        monday = base - timedelta(days=base.weekday())
+        return monday, monday + timedelta(days=6)
+    if what == "weekend":
+        saturday = _weekday(base, "saturday", "last" if which == "last" else "this")
+        saturday += timedelta(days=7) if which == "next" else timedelta(0)
+        return saturday, saturday + timedelta(days=1)
+    d = _weekday(base, what, which)
+    return d, d
+
+
+def resolve_when(expression: str, session_date: str) -> tuple[str, str, str] | None:
+    """The absolute date an event's time expression means when said on `session_date`, as (text shown, first day,
+    last day), the days ISO (YYYY-MM-DD; both "" when the expression is vague, e.g. "a few weeks ago"). A relative
+    phrase of the fixed list is resolved as in messages (resolve_phrase); any other expression ("in June", "2019",
+    "on Friday", "5 May") is read by dateparser relative to the session date, to its day, month or year. None when
+    the session date or the expression cannot be read."""
+    base = parse_session_date(session_date)
+    text = " ".join(expression.split())
+    if base is None or not text:
+        return None
+    match = _PHRASES.search(text)
+    if match:
+        span = _phrase_span(match, base)
+        return resolve_phrase(match, base) or "", *((span[0].isoformat(), span[1].isoformat()) if span else ("", ""))
+    text = _LEAD.sub("", text)
+    day = _ORDINAL_DAY.match(text)
+    if day:  # a day of the session's month
+        try:
+            d = base.replace(day=int(day.group(1)))
+        except ValueError:
+            return None
+        return fmt(d), d.isoformat(), d.isoformat()
+    from dateparser.date import DateDataParser
+
+    anchor = datetime(base.year, base.month, base.day, 12)
+    parsed = DateDataParser(languages=["en"], settings={"RELATIVE_BASE": anchor}).get_date_data(text)
+    if parsed is None or parsed.date_obj is None:
+        return None
+    d = parsed.date_obj.date()
+    if parsed.period == "year":
+        return str(d.year), date(d.year, 1, 1).isoformat(), date(d.year, 12, 31).isoformat()
+    if parsed.period == "month":
+        first, last = _month_span(d)
+        return f"{d:%B %Y}", first.isoformat(), last.isoformat()
+    if parsed.period == "week":
+        return f"the week of {fmt(d)}", (d - timedelta(days=3)).isoformat(), (d + timedelta(days=3)).isoformat()
+    return fmt(d), d.isoformat(), d.isoformat()

@@ -203,10 +203,14 @@ class Memory:
         if stored is None:
             self.store.set_meta("build_settings", json.dumps(self.build_settings(), sort_keys=True))
             return
-        diff = self.settings_differences(json.loads(stored))
+        before = json.loads(stored)
+        diff = self.settings_differences(before)
         if diff:
             raise StoreError(f"{self.path} was built with other settings ({diff}); continue it with the settings "
                              f"it was built with, or build into a new memory folder")
+        now = self.build_settings()
+        if set(now) - set(before):  # keys it was built without (a system added to it, a key added since): recorded
+            self.store.set_meta("build_settings", json.dumps(now, sort_keys=True))
 
     def settings_differences(self, before: dict) -> str:
         """How build settings recorded earlier (`before`: a store's, an export's) differ from this config's, as
@@ -298,11 +302,26 @@ class Memory:
             self.check_models()  # a missing or broken model is reported before the first message is filed
         self.check_build_settings()  # other build settings are refused before a message is written
         added = self.store.add_messages(msgs)
-        convs = list(dict.fromkeys([m.conversation_id for m in msgs])) or self.store.conversations()
-        driver = self.driver()
-        for conv in convs:
-            driver.drive(self.conversation_step(conv, seal, progress), conv)
+        self._file(list(dict.fromkeys([m.conversation_id for m in msgs])) or self.store.conversations(), seal,
+                   progress)
         return added
+
+    @_writes("Memory.file_pending")
+    def file_pending(self, conversation_id: str | None = None, seal: bool = False,
+                     progress: Callable[[int], None] | None = None) -> None:
+        """Memory.add's second half alone: file the stored messages no box holds yet, in order, of one conversation
+        (None: every one), then with `seal` seal its open box. For messages stored earlier and not filed: an
+        interrupted add, or messages a server stored on receipt to file them in the background (server.py)."""
+        convs = [conversation_id] if conversation_id is not None else self.store.conversations()
+        if self.has_work(convs):
+            self.check_models()
+        self.check_build_settings()
+        self._file(convs, seal, progress)
+
+    def _file(self, conversations: list[str], seal: bool, progress: Callable[[int], None] | None) -> None:
+        driver = self.driver()
+        for conv in conversations:
+            driver.drive(self.conversation_step(conv, seal, progress), conv)
 
     @_writes("Memory.seal")
     def seal(self, conversation_id: str | None = None) -> None:

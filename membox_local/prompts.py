@@ -170,6 +170,61 @@ def trace_init_prompt(events: Sequence[str], date: str) -> Prompt:
     return Prompt(TRACE_INIT_SYSTEM, f"Events{when}:\n{_numbered(events)}\n\nJSON:")
 
 
+# ---- EventWeave: events of one turn pair, a session's summary (systems/eventweave.py) -------------
+# An empty list is the "no event" answer (it stands in for the paper's trained event classifier).
+TURN_EVENTS_SYSTEM = (
+    "You keep a diary of what people share in a chat. You see the turn before (only to understand the new one) "
+    "and the new turn. Write down what the new turn tells about a speaker's life: something that happened, "
+    "a change, a plan, a decision, a fact about them or someone close to them. Each item is one short sentence "
+    "that names the person and makes sense on its own.\n"
+    "- when: the words of the new turn that say when it happens or happened (e.g. 'last Friday', 'in 2019', "
+    "'next month'), copied as written; an empty string when it gives no time.\n"
+    "Greetings, thanks, questions, jokes and reactions are not items. Most turns have none: then give an "
+    "empty list. Never add anything the turn does not say."
+)
+
+
+def turn_events_schema(max_events: int, max_event_chars: int, max_when_chars: int) -> dict[str, Any]:
+    return {
+        "type": "object",
+        "properties": {"events": {
+            "type": "array", "maxItems": max_events,
+            "items": {
+                "type": "object",
+                "properties": {
+                    "text": {"type": "string", "maxLength": max_event_chars},
+                    "when": {"type": "string", "maxLength": max_when_chars},
+                },
+                "required": ["text", "when"],
+            },
+        }},
+        "required": ["events"],
+    }
+
+
+def turn_events_prompt(previous: Message | None, new: Message) -> Prompt:
+    when = f"Chat date: {new.session_date}\n" if new.session_date else ""
+    before = previous.render() if previous is not None else "(none: the chat starts here)"
+    return Prompt(TURN_EVENTS_SYSTEM, f"{when}Turn before:\n{before}\n\nNew turn:\n{new.render()}\n\nJSON:")
+
+
+SESSION_SUMMARY_SYSTEM = (
+    "You get the diary items written during one chat session, in order. Sum the session up in one or two "
+    "sentences: whose news it was and what the main thread was. Use only the items.\n"
+    'Answer as JSON: {"summary": "..."}.'
+)
+
+
+def session_summary_schema(max_chars: int) -> dict[str, Any]:
+    return {"type": "object", "properties": {"summary": {"type": "string", "maxLength": max_chars}},
+            "required": ["summary"]}
+
+
+def session_summary_prompt(events: Sequence[str], date: str) -> Prompt:
+    when = f" ({date})" if date else ""
+    return Prompt(SESSION_SUMMARY_SYSTEM, f"Session{when}, diary items:\n{_numbered(events)}\n\nJSON:")
+
+
 # ---- Answering ----------------------------------------------------------------------------------
 ANSWER_SYSTEM = (
     "You answer questions about past conversations using only the memory excerpts given. "

@@ -492,6 +492,14 @@ class Store:
             "SELECT * FROM messages WHERE conversation_id=? ORDER BY seq", (conversation_id,)
         ).fetchall()
 
+    def filing_counts(self) -> dict[str, tuple[int, int]]:
+        """Per conversation, (messages stored, messages filed into a box), in one query: the conversation holding
+        the oldest message not filed yet first, then those with none left to file (`membox serve`'s progress)."""
+        rows = self.db.execute(
+            "SELECT conversation_id, COUNT(*), SUM(processed), MIN(CASE WHEN processed=0 THEN uid END) AS first "
+            "FROM messages GROUP BY conversation_id ORDER BY first IS NULL, first, conversation_id")
+        return {r[0]: (r[1], r[2] or 0) for r in rows}
+
     def conversations(self) -> list[str]:
         rows = self.db.execute("SELECT DISTINCT conversation_id FROM messages ORDER BY conversation_id")
         return [r[0] for r in rows]

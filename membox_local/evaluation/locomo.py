@@ -236,7 +236,9 @@ def build_stats(mem, conv: str) -> dict[str, Any]:
     status: dict[str, int] = {}
     for b in boxes:
         status[b.status] = status.get(b.status, 0) + 1
+    graph = mem.system("eventweave").stats(conv) if "eventweave" in mem.config.memory.systems else {}
     return {
+        **graph,  # the event graph's counts (events, nodes, edges by kind, summaries), when it is built
         "utterances": len(msgs),
         "boxes": len(boxes),
         "box_status": status,
@@ -299,9 +301,13 @@ def _check_settings(out: Path, settings: Settings) -> None:
 
 def resolve(settings: Settings, cfg: Config) -> Settings:
     from ..retrieval import RETRIEVERS
+    from ..systems import SYSTEMS
 
     s = Settings(**asdict(settings))
-    s.modes = s.modes or list(RETRIEVERS)
+    # by default every mode the config's systems serve (as Memory.modes: a mode of a system needs it built)
+    claimed = {m for info in SYSTEMS.values() for m in info.modes}
+    own = {m for n in cfg.memory.systems for m in SYSTEMS[n].modes}
+    s.modes = s.modes or [m for m in RETRIEVERS if m not in claimed or m in own]
     unknown = [m for m in s.modes if m not in RETRIEVERS]
     if unknown:
         raise InputError(f"unknown mode(s) {unknown}; choose from {sorted(RETRIEVERS)}")

@@ -18,6 +18,8 @@ class SystemInfo:
 
 SYSTEMS: dict[str, SystemInfo] = {
     "membox": SystemInfo("membox_local.systems.membox", ("compact", "trace", "box-hits", "box-hits-trace")),
+    # event-graph-boxes reads the box memory's boxes too: it needs systems = ["membox", "eventweave"]
+    "eventweave": SystemInfo("membox_local.systems.eventweave", ("event-graph", "event-graph-boxes")),
 }
 
 
