@@ -295,7 +295,10 @@ def test_score_likelihoods(backend):
     assert isinstance(seen, ScoreResult) and seen.usage.stage == "judge"
     assert seen.tokens == unseen.tokens > 0
     assert unseen.logprob < seen.logprob < 0
-    assert [r.logprob for r in backend.score(reqs[1:])] == pytest.approx([unseen.logprob], abs=1e-3)
+    # vLLM computes in bfloat16 and its kernels change with the batch's shape: alone and batched agree to ~0.2% there
+    # (measured on its CPU build: 0.13 in 62 nats), exactly elsewhere
+    tol = {"rel": 1e-2} if backend.name == "vllm" else {"abs": 1e-3}
+    assert [r.logprob for r in backend.score(reqs[1:])] == pytest.approx([unseen.logprob], **tol)
     with pytest.raises(ValueError, match="non-empty context"):
         backend.score([ScoreRequest("", line, "judge")])
 
