@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -27,19 +28,26 @@ EVAL_MODULES: list[str] = ["segmentation", "locomo"]
 COMMAND_MODULES: list[str] = ["compare", "fit", "view", "server", "mcp_server", "graph_cli"]
 
 
-def _progress(total: int | None, desc: str):
-    from tqdm import tqdm
+def _progress(args, total: int | None, desc: str = "build", unit: str = "turn"):
+    """A bar: units per second, the ETA and what the model is doing (execution/progress.py); --quiet: none."""
+    from .execution.progress import Bar
 
-    return tqdm(total=total, desc=desc, unit="turn", dynamic_ncols=True, file=sys.stderr)  # turns/s and ETA
+    return Bar(total, desc, unit=unit, quiet=getattr(args, "quiet", False))
+
+
+def _say(args, line: str) -> None:
+    """A line of what is going on, to stderr (not with --quiet)."""
+    if not getattr(args, "quiet", False):
+        print(line, file=sys.stderr)
 
 
 def cmd_build(args) -> int:
-    from .memory import Memory, preflight_models
+    from .memory import Memory, memory_config, preflight_models
 
     if args.batch_size < 1 or (args.jobs is not None and args.jobs < 1):
         raise InputError(f"--batch-size and --jobs must be at least 1 (got {args.batch_size}, {args.jobs})")
     messages = load_messages(args.data, args.conversations)  # validated in full before any write
-    cfg = load_config(args.config)
+    cfg = memory_config(args.store, args.config)  # no --config: the one the memory was built with, else cpu
     convs = list(dict.fromkeys(m.conversation_id for m in messages))
     if args.jobs is None:
         args.jobs = 1 if args.engine == "ray" else auto_jobs(cfg, len(convs), args.batch_size)
@@ -65,16 +73,25 @@ def _build_locked(mem, args, messages, convs: list[str]) -> int:
     before = len(mem.store.message_rows())
     mem.check_build_settings()  # a store built with other settings is refused before a message is written
     added = mem.store.add_messages(messages)
-    pending = sum(len(mem.store.pending_messages(c)) for c in convs)
-    print(f"{args.store}: {added} new messages ({before} already stored), {pending} to file, "
-          f"{len(convs)} conversation(s), config {cfg.name}, batch size {args.batch_size}, "
-          f"model instances {args.jobs}", file=sys.stderr)
+    todo = mem.to_file(convs)  # per memory system: what the bar counts
+    _say(args, f"{args.store}: {added} new messages ({before} already stored), {_to_file(todo)}, "
+               f"{len(convs)} conversation(s), config {cfg.name}, batch size {args.batch_size}, "
+               f"model instances {args.jobs}")
     t0 = time.time()
-    with _progress(pending, "loom") as bar:
+    with _progress(args, sum(todo.values())) as bar:
         report = build_conversations(mem, convs, args.batch_size, seal=not args.keep_open, progress=bar.update,
-                                     on_conversation=lambda c: bar.set_postfix_str(f"done {c}", refresh=False))
-    return _finish_build(mem, convs, args.store, time.time() - t0, {"batched_calls": report.calls,
-                                                                    "requests": report.requests})
+                                     on_conversation=lambda c: bar.set_postfix_str(f"done {c}"),
+                                     describe=bar.describe)
+    return _finish_profiled(mem, args, convs, time.time() - t0, {"batched_calls": report.calls,
+                                                                 "requests": report.requests})
+
+
+def _to_file(todo: dict[str, int]) -> str:
+    """"40 to file", or with several memory systems "80 to file (40 membox, 40 eventweave)"."""
+    total = sum(todo.values())
+    if len(todo) < 2:
+        return f"{total} to file"
+    return f"{total} to file ({', '.join(f'{n} {name}' for name, n in todo.items())})"
 
 
 def auto_jobs(cfg, conversations: int, batch_size: int) -> int:
@@ -112,29 +129,51 @@ def _build_ray(args, messages, convs, cfg) -> int:
     except ImportError as exc:
         raise InputError(str(exc)) from None
 
-    print(f"{args.store}: {len(messages)} messages, {len(convs)} conversation(s) over {args.jobs} Ray actor(s), "
-          f"config {cfg.name}, batch size {args.batch_size}", file=sys.stderr)
+    _say(args, f"{args.store}: {len(messages)} messages, {len(convs)} conversation(s) over {args.jobs} Ray actor(s), "
+               f"config {cfg.name}, batch size {args.batch_size}")
     t0 = time.time()
-    with WriteLock(args.store, "membox build --engine ray"), _progress(None, "loom") as bar:
+    with WriteLock(args.store, "membox build --engine ray"), _progress(args, None) as bar:
         report = build_with_ray(args.store, messages, cfg, args.jobs, args.batch_size, seal=not args.keep_open,
                                 address=args.ray_address, shard_dir=args.shard_dir, cpus_per_job=args.cpus_per_job,
                                 gpus_per_job=args.gpus_per_job, progress=bar.update,
-                                on_pending=lambda n: bar.reset(total=n))
+                                on_pending=bar.reset)
     with Memory(args.store, cfg) as mem:
-        return _finish_build(mem, convs, args.store, time.time() - t0,
-                             {"engine": "ray", "per_shard": [{k: r[k] for k in ("shard", "conversations", "messages",
-                                                                                "wall_s", "calls")}
-                                                             for r in report["per_shard"]]})
+        return _finish_profiled(mem, args, convs, time.time() - t0,
+                                {"engine": "ray", "per_shard": [{k: r[k] for k in ("shard", "conversations", "messages",
+                                                                                   "wall_s", "calls")}
+                                                                for r in report["per_shard"]]}, ceiling=False)
 
 
-def _finish_build(mem, convs: list[str], store: str, wall_s: float, extra: dict) -> int:
-    """Print the build's stats and warnings; 1 (with an error line) when more boxes failed than
-    [extract] max_failed_share allows, else 0."""
+def _finish_profiled(mem, args, convs: list[str], wall_s: float, extra: dict, ceiling: bool = True) -> int:
+    """_finish_build; with --profile, the build's profile (profile.py) in its stats and as a table after its
+    summary (with --json, on stderr), against the ceiling measured now on the build's own backend (ceiling=False:
+    none)."""
+    if not getattr(args, "profile", False):
+        return _finish_build(mem, args, convs, wall_s, extra)
+    from .profile import backend_label, format_profile, probe, profile
+
+    mem.sync()  # the box index first: indexing is the profile's `index` stage
+    if ceiling:
+        _say(args, "profile: measuring the model's ceiling (as `membox probe`) ...")
+        extra["profile"] = profile(mem.stats(), probe(mem.backend, backend_label(mem.config.llm, args.jobs),
+                                                      copies=args.jobs))
+    else:
+        extra["profile"] = profile(mem.stats(), None, "no ceiling: the models ran in the Ray actors; measure it "
+                                                      "where they run with `membox probe --config ...`")
+    code = _finish_build(mem, args, convs, wall_s, extra)
+    print(format_profile(extra["profile"]), file=sys.stderr if getattr(args, "json", False) else sys.stdout)
+    return code
+
+
+def _finish_build(mem, args, convs: list[str], wall_s: float, extra: dict) -> int:
+    """Print the build's summary (--json: its full stats) and warnings; 1 (with an error line) when more boxes
+    failed than [extract] max_failed_share allows, else 0."""
+    store = args.store
     mem.sync()
     stats = mem.stats()
     stats["wall_s"] = round(wall_s, 2)
     stats.update(extra)
-    print(json.dumps(stats, indent=2))
+    print(json.dumps(stats, indent=2) if getattr(args, "json", False) else build_summary(store, stats, convs))
     for comp in mem.components:
         for line in comp.warnings(convs):
             print(f"warning: {line}", file=sys.stderr)
@@ -149,17 +188,71 @@ def _finish_build(mem, convs: list[str], store: str, wall_s: float, extra: dict)
     return 0
 
 
-def cmd_ask(args) -> int:
-    from .memory import Memory
+def build_summary(store: str, stats: dict, convs: list[str]) -> str:
+    """The build for a person (Memory.stats, the wall time): what the memory holds now, and the command to run next."""
+    held = []
+    if "boxes" in stats:  # the box memory
+        held.append(f"{stats['messages']} messages filed in {stats['boxes']} boxes ({stats['failed_boxes']} failed), "
+                    f"{stats['traces']} traces")
+    graph = stats.get("eventweave")
+    if graph:
+        held.append(f"event graph: {graph['pairs']} turns read ({graph['failed_pairs']} failed), {graph['nodes']} "
+                    f"nodes from {graph['events']} events")
+    where = shlex.quote(store)
+    one = f" --conversation {shlex.quote(convs[0])}" if stats["conversations"] > 1 and convs else ""
+    return (f"{store}: {stats['conversations']} conversation(s); {'; '.join(held)}; this build took "
+            f"{stats['wall_s']:.1f} s\n"
+            f"next: membox ask {where}{one} \"your question\"   (also: membox show {where}, membox view {where} "
+            f"-o memory.html; every stat: --json)")
 
+
+def cmd_probe(args) -> int:
+    """The machine's ceiling for a config's model: prompt and generation tokens per second (profile.probe)."""
+    from .backends import make_backend
+    from .memory import preflight_models
+    from .profile import backend_label, probe
+
+    if args.jobs < 1 or args.repeats < 1:
+        raise InputError(f"--jobs and --repeats must be at least 1 (got {args.jobs}, {args.repeats})")
     cfg = load_config(args.config)
-    _require_store(args.store)
-    with Memory(args.store, cfg) as mem:
+    preflight_models(cfg, embedder=False)
+    pool = _local_backend(cfg, args.jobs)
+    backend = pool() if pool is not None else make_backend(cfg.llm)
+    try:
+        ceiling = probe(backend, backend_label(cfg.llm, args.jobs), copies=args.jobs, repeats=args.repeats)
+    finally:
+        backend.close()
+    print(json.dumps(ceiling.to_dict(), indent=2) if args.json else ceiling.line())
+    return 0
+
+
+def cmd_ask(args) -> int:
+    with _open_memory(args) as mem:
         _ask(mem, args)
     return 0
 
 
+def _open_memory(args):
+    """The memory folder args.store (it must hold a memory) with --config, or without it with the config it was
+    built with (stored in it); a --config whose build settings do not fit the memory is refused, one line."""
+    from .memory import Memory
+
+    cfg = load_config(args.config) if args.config is not None else None  # a bad config file: its error first
+    _require_store(args.store)
+    mem = Memory(args.store, cfg)
+    if cfg is not None:
+        try:
+            mem.check_fits()
+        except BaseException:
+            mem.close()
+            raise
+    return mem
+
+
 def _ask(mem, args) -> None:
+    if args.mode is not None and args.mode not in mem.modes():
+        raise InputError(f"--mode {args.mode} reads a memory system {args.store} does not build (it builds "
+                         f"{', '.join(mem.config.memory.systems)}); its modes: {', '.join(mem.modes())}")
     for q in args.question:
         ans = mem.answer(q, args.conversation, mode=args.mode, k=args.k, budget_tokens=args.budget)
         if args.json:
@@ -212,13 +305,10 @@ def cmd_show(args) -> int:
 
 def cmd_forget(args) -> int:
     """Erase messages (or a whole conversation) and everything derived from them, on disk too."""
-    from .memory import Memory
-
     _require_store(args.store)
     if args.messages is not None and not args.messages:
         raise InputError("--messages needs at least one message id (leave it out to forget the whole conversation)")
-    cfg = load_config(args.config)
-    with Memory(args.store, cfg) as mem:
+    with _open_memory(args) as mem:
         n = mem.forget(args.conversation, args.messages)
     what = "conversation" if args.messages is None else "messages of conversation"
     print(f"forgot {what} {args.conversation}: {n['messages']} message(s), {n.get('boxes', 0)} box(es), "
@@ -252,9 +342,12 @@ def cmd_import(args) -> int:
     from .exchange import import_export, read_export
     from .memory import Memory
 
-    export = read_export(args.file)  # every line checked before the memory folder is opened
-    with Memory(args.store, load_config(args.config)) as mem:
-        counts = import_export(mem, export)
+    with _progress(args, None, "import", unit="line") as bar:
+        bar.describe(f"checking {args.file}")
+        export = read_export(args.file, progress=bar.update)  # every line checked before the memory folder is opened
+        bar.describe(f"writing into {args.store}")
+        with Memory(args.store, args.config) as mem:
+            counts = import_export(mem, export)
     _print_moved(f"{args.store}: imported", counts)
     return 0
 
@@ -269,11 +362,11 @@ def cmd_demo(args) -> int:
     from .memory import Memory
 
     store = Path(args.store)
-    build = argparse.Namespace(store=str(store), keep_open=False, batch_size=8, jobs=1)
+    build = argparse.Namespace(store=str(store), keep_open=False, batch_size=8, jobs=1, json=False, quiet=False)
     ask = argparse.Namespace(question=DEMO_QUESTIONS, conversation=None, mode=None, k=None, budget=None,
                              json=False, verbose=False)
     messages = load_messages(DEMO_DATA)
-    with Memory(store, load_config(args.config)) as mem:
+    with Memory(store, args.config) as mem:
         _build_local(mem, build, messages, [messages[0].conversation_id])
         cmd_show(argparse.Namespace(store=str(store), conversation=None, traces=False, failed=False,
                                     messages=False))
@@ -286,14 +379,22 @@ def _require_store(path: str) -> None:
         raise InputError(f"{path}: no memory here; create one with `membox build DATA --store {path}`")
 
 
+CONFIG_HELP = ("config name in configs/ or a .toml path (default: the config the memory was built with, stored in "
+               "it; cpu for a new memory)")
+
+
 def build_parser() -> argparse.ArgumentParser:
+    from . import __version__
+    from .retrieval import RETRIEVERS
+
     p = argparse.ArgumentParser(prog="membox", description="Topic-continuity memory on local models.")
+    p.add_argument("--version", action="version", version=f"membox {__version__}")
     sub = p.add_subparsers(dest="cmd", required=True)
 
     b = sub.add_parser("build", help="file a conversation file (LoCoMo .json or messages .jsonl) into a memory")
-    b.add_argument("data")
+    b.add_argument("data", help="a LoCoMo .json file, or a .jsonl file of messages (one JSON object per line)")
     b.add_argument("--store", required=True, help="memory folder (created if missing)")
-    b.add_argument("--config", default="cpu", help="config name in configs/ or a .toml path")
+    b.add_argument("--config", help=CONFIG_HELP)
     b.add_argument("--conversations", nargs="*", help="only these conversation ids")
     b.add_argument("--keep-open", action="store_true", help="leave each conversation's last box open")
     b.add_argument("--batch-size", type=int, default=8,
@@ -307,24 +408,39 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--shard-dir", help="ray: node-local folder for shards when nodes share no disk")
     b.add_argument("--cpus-per-job", type=float, default=1, help="ray: CPUs each actor reserves")
     b.add_argument("--gpus-per-job", type=float, default=0, help="ray: GPUs each actor reserves (vLLM: 1)")
+    b.add_argument("--profile", action="store_true",
+                   help="after the build, measure the model's ceiling and print seconds, calls, tokens, tokens/s "
+                        "and share of the ceiling per stage (also in the stats, as \"profile\")")
+    b.add_argument("--json", action="store_true", help="print the build's full stats as JSON instead of a summary")
+    b.add_argument("--quiet", action="store_true", help="no progress bar and no progress lines (for scripts)")
     b.set_defaults(func=cmd_build)
 
+    pr = sub.add_parser("probe", help="measure the config's model here: prompt and generation tokens per second "
+                                      "(the ceiling `membox build --profile` compares with)")
+    pr.add_argument("--config", default="cpu", help="config name in configs/ or a .toml path")
+    pr.add_argument("--jobs", type=int, default=1,
+                    help="llama.cpp instances sharing the cores, as `membox build --jobs` (one prompt each per call)")
+    pr.add_argument("--repeats", type=int, default=2, help="tries of each measure, the best kept")
+    pr.add_argument("--json", action="store_true", help="print the measures as JSON")
+    pr.set_defaults(func=cmd_probe)
+
     a = sub.add_parser("ask", help="answer questions from a memory")
-    a.add_argument("store")
-    a.add_argument("question", nargs="+")
-    a.add_argument("--config", default="cpu")
-    a.add_argument("--conversation")
-    a.add_argument("--mode", help="retrieval mode (default from config)")
-    a.add_argument("-k", type=int)
-    a.add_argument("--budget", type=int, help="context token budget")
-    a.add_argument("--json", action="store_true")
+    a.add_argument("store", help="memory folder (built by `membox build`)")
+    a.add_argument("question", nargs="+", help="one or more questions, each answered in turn")
+    a.add_argument("--config", help=CONFIG_HELP + "; its answering model may differ, its build settings may not")
+    a.add_argument("--conversation", help="conversation id (needed when the memory holds several)")
+    a.add_argument("--mode", choices=sorted(RETRIEVERS), metavar="MODE",
+                   help=f"retrieval mode: {', '.join(sorted(RETRIEVERS))} (default: the config's [retrieve] mode)")
+    a.add_argument("-k", type=int, help="boxes, messages or events retrieved at most (default: the config's)")
+    a.add_argument("--budget", type=int, help="context token budget (default: the config's)")
+    a.add_argument("--json", action="store_true", help="one JSON object per question (answer, boxes, tokens)")
     a.add_argument("-v", "--verbose", action="store_true", help="print the context too")
     a.set_defaults(func=cmd_ask)
 
     s = sub.add_parser("show", help="print boxes with topics, keywords and events")
-    s.add_argument("store")
-    s.add_argument("--conversation")
-    s.add_argument("--traces", action="store_true")
+    s.add_argument("store", help="memory folder")
+    s.add_argument("--conversation", help="only this conversation (default: every one)")
+    s.add_argument("--traces", action="store_true", help="print the traces (events followed across sessions)")
     s.add_argument("--failed", action="store_true", help="only boxes whose extraction (or weaving) failed")
     s.add_argument("--messages", action="store_true", help="print each box's messages")
     s.add_argument("--graph", action="store_true",
@@ -332,27 +448,28 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_show)
 
     f = sub.add_parser("forget", help="erase a conversation or some of its messages, and all derived from them")
-    f.add_argument("store")
+    f.add_argument("store", help="memory folder")
     f.add_argument("--conversation", required=True, help="conversation id")
     f.add_argument("--messages", nargs="*", metavar="ID",
                    help="only these message ids (default: the whole conversation)")
-    f.add_argument("--config", default="cpu", help="the config the memory was built with")
+    f.add_argument("--config", help=CONFIG_HELP)
     f.set_defaults(func=cmd_forget)
 
     x = sub.add_parser("export", help="write a memory as JSON lines (header, then messages, boxes, traces)")
-    x.add_argument("store")
+    x.add_argument("store", help="memory folder")
     x.add_argument("-o", "--output", metavar="FILE", help="write to FILE (owner-only) instead of stdout")
     x.set_defaults(func=cmd_export)
 
     i = sub.add_parser("import", help="load an export file into an empty memory folder")
     i.add_argument("store", help="memory folder (created if missing; must hold no messages)")
     i.add_argument("file", help="a file written by `membox export`")
-    i.add_argument("--config", default="cpu", help="the config the memory was built with")
+    i.add_argument("--config", help="the config the memory was built with (default: cpu)")
+    i.add_argument("--quiet", action="store_true", help="no progress bar (for scripts)")
     i.set_defaults(func=cmd_import)
 
     d = sub.add_parser("demo", help="build the bundled demo conversation and ask it questions")
-    d.add_argument("--store", default="stores/demo")
-    d.add_argument("--config", default="cpu")
+    d.add_argument("--store", default="stores/demo", help="memory folder (default: stores/demo)")
+    d.add_argument("--config", help=CONFIG_HELP)
     d.set_defaults(func=cmd_demo)
 
     import importlib

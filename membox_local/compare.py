@@ -232,7 +232,7 @@ def cmd_compare(args) -> int:
 def add_parser(subparsers) -> None:
     p = subparsers.add_parser("compare", help="build the same data under two configs and compare stage by stage")
     p.add_argument("config_a", help="reference config (name in configs/ or .toml path)")
-    p.add_argument("config_b")
+    p.add_argument("config_b", help="the config compared with it (name in configs/ or .toml path)")
     p.add_argument("--data", required=True, help="LoCoMo .json or messages .jsonl")
     p.add_argument("--conversations", nargs="*", help="only these conversation ids")
     p.add_argument("--questions", type=int, default=10, help="LoCoMo questions per conversation (0: none)")

@@ -207,6 +207,7 @@ class Config:
     retrieve: RetrieveConfig = field(default_factory=RetrieveConfig)
     answer: AnswerConfig = field(default_factory=AnswerConfig)
     name: str = "default"
+    source: str = ""  # the file it was loaded from (load_config); a memory folder stores it with the snapshot
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -251,13 +252,16 @@ def _build(cls, data: dict[str, Any], where: str):
     return cls(**kwargs)
 
 
+LABELS = ("name", "source")  # Config's fields that say where it came from, not how to build
+
+
 def config_from_dict(data: dict[str, Any], where: str = "config") -> Config:
     """A Config from a dict shaped like the TOML file (sections of keys); every value checked."""
-    sections = {f.name: f for f in dataclasses.fields(Config) if f.name != "name"}
+    sections = {f.name: f for f in dataclasses.fields(Config) if f.name not in LABELS}
     kwargs: dict[str, Any] = {}
     for key, value in data.items():
-        if key == "name":
-            kwargs["name"] = str(value)
+        if key in LABELS:
+            kwargs[key] = str(value)
             continue
         if key not in sections:
             raise ConfigError(f"{where}: unknown section [{key}]; known: {', '.join(sorted(sections))}")
@@ -419,6 +423,7 @@ def load_config(name_or_path: str | Path = "cpu", overrides: dict[str, Any] | No
     path = resolve_config_path(name_or_path)
     data = read_config_data(path)
     data.setdefault("name", path.stem)
+    data["source"] = str(path.resolve())
     for dotted, value in (overrides or {}).items():
         *tables, key = dotted.split(".")
         node = data

@@ -49,6 +49,19 @@ def parse_session_date(text: str) -> date | None:
     return parsed.date() if parsed else None
 
 
+def absolute_day(text: str) -> date | None:
+    """The calendar day a date string names by itself (ISO 8601, "4 March 2024", "1:56 pm on 8 May, 2023", an RFC
+    2822 date); None when it names none, or only one relative to today ("yesterday", "now", a bare number), so that
+    the day never depends on when or where it is read. A time zone offset is kept as written (not converted)."""
+    if not text or not text.strip():
+        return None
+    import dateparser
+
+    parsed = dateparser.parse(text, languages=["en"], settings={
+        "DATE_ORDER": "DMY", "STRICT_PARSING": True, "PARSERS": ["custom-formats", "absolute-time"]})
+    return parsed.date() if parsed else None
+
+
 def _ago(n: int, unit: str, base: date) -> date:
     import dateparser
 

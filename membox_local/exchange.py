@@ -186,9 +186,10 @@ def _check_fields(rec: dict, spec: dict[str, Check], where: str, what: str, also
             raise InputError(f"{where}: {what} field {name!r} must be {wanted}, got {rec[name]!r:.80}")
 
 
-def read_export(path: str | Path) -> Export:
+def read_export(path: str | Path, progress: Callable[[int], None] | None = None) -> Export:
     """Read and check an export file in full (nothing is written): every line's fields, the header's counts against
-    the lines, ids unique, references inside their conversation. An InputError names the file and the line."""
+    the lines, ids unique, references inside their conversation. An InputError names the file and the line.
+    `progress(1)` as each line is read."""
     path = Path(path)
     lines = read_jsonl(path)
     first = next(lines, None)
@@ -203,6 +204,8 @@ def read_export(path: str | Path) -> Export:
             raise InputError(f"{where}: expected an object with \"type\" one of {', '.join(readers)}, got "
                              f"{json.dumps(rec, ensure_ascii=False)[:80]}")
         readers[kind](export, lineno, {k: v for k, v in rec.items() if k != "type"}, where)
+        if progress is not None:
+            progress(1)
     _check_counts(export)  # first: a file cut short is told as such, not by the reference it cut
     _check_links(export)
     return export
@@ -309,6 +312,7 @@ def import_export(mem: Memory, export: Export) -> dict[str, int]:
             mem.store.restore_boxes([b for _, b in export.boxes], detail)
             mem.store.restore_traces([t for _, t in export.traces])
             mem.store.set_meta("build_settings", json.dumps(export.header["build_settings"], sort_keys=True))
+            mem.record_config()  # the config it was imported with, the memory's own from now on (fits: checked)
         mem.drop_indexes()  # whatever an earlier memory left in the folder
     return export.counts()
 

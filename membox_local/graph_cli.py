@@ -125,7 +125,7 @@ def cmd_export_graph(args) -> int:
 def add_parser(subparsers) -> None:
     p = subparsers.add_parser("export-graph", help="write a conversation's event graph (GraphML or node-link JSON)",
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("store")
+    p.add_argument("store", help="memory folder (built with the eventweave system)")
     p.add_argument("--conversation", help="conversation id (default: the memory's only one)")
     p.add_argument("-o", "--output", required=True, metavar="FILE", help="the file to write (owner-only)")
     p.add_argument("--format", choices=FORMATS, default="graphml", help="graphml (default) or json (node-link)")

@@ -9,6 +9,11 @@ Two formats:
   null, fractions, lists, objects); unknown fields, blank required ones, a repeated (conversation_id, message_id)
   are refused. Optional tags: "user_id" and "agent_id" (strings), "metadata" (a JSON object of at most
   METADATA_MAX_BYTES, see check_metadata).
+  A line may also be a message in the OpenAI / mem0 chat shape (from_chat_shape):
+    {"conversation_id": "u1", "role": "user", "content": "...", "name": "Ann", "timestamp": "2024-03-04T10:15:00Z"}
+  role (or name, when given) is the speaker, content the text, timestamp the session date; without a "session"
+  the session is the timestamp's calendar day, and without a "message_id" one is derived from the content
+  (derived_message_id), so that adding the same messages again is idempotent.
 Files must be UTF-8; a string with a lone surrogate (a JSON escape such as \\ud800) is refused, as SQLite stores
 UTF-8. Every refusal is an InputError naming the file and, where there is one, the line (JSONL) or the sample,
 session and turn (LoCoMo), and the field. Memory.add checks the dicts it is given with the JSONL rules
@@ -18,9 +23,13 @@ from __future__ import annotations
 
 import json
 import re
+import hashlib
+import math
 from collections.abc import Iterator, Mapping
+from datetime import datetime, timezone
 from pathlib import Path
 
+from .dates import absolute_day
 from .records import Message
 
 
@@ -187,11 +196,106 @@ def _field(value: object) -> bool:
     return isinstance(value, (str, int)) and not isinstance(value, bool)
 
 
-def message_from_record(rec: object, where: str) -> Message:
+CHAT = ("role", "content", "name", "timestamp")  # the OpenAI / mem0 message fields (from_chat_shape)
+CHAT_ALLOWED = ("conversation_id", "message_id") + CHAT + ("session", "user_id", "agent_id", METADATA)
+
+
+def is_chat_shaped(rec: Mapping) -> bool:
+    return "role" in rec or "content" in rec
+
+
+def from_chat_shape(rec: Mapping, where: str) -> dict:
+    """A message in the OpenAI / mem0 shape as the JSONL fields: `name` (when given) or `role` is the speaker,
+    `content` (a string) the text, `timestamp` (a date string, or seconds since 1970 as a number, read as UTC)
+    the session date; without a `session`, the session is the timestamp's calendar day (2024-03-04), so that a
+    new day seals the open box. `message_id` stays missing when it is (MessageIds derives one)."""
+    unknown = [k for k in rec if k not in CHAT_ALLOWED]
+    if unknown:
+        raise InputError(f"{where}: unknown fields {sorted(map(str, unknown))}; a message with role and content "
+                         f"allows: {CHAT_ALLOWED}")
+    for f in ("role", "content"):
+        if not isinstance(rec.get(f), str) or not rec[f].strip():
+            got = "missing or empty" if isinstance(rec.get(f), (str, type(None))) else \
+                f"not a string ({type(rec[f]).__name__}{'; content parts are not read' if f == 'content' else ''})"
+            raise InputError(f"{where}: field '{f}' is {got}")
+    name = rec.get("name")
+    if "name" in rec and (not isinstance(name, str) or not name.strip()):
+        raise InputError(f"{where}: field 'name' must be a non-empty string, got {name!r:.80}")
+    out = {k: v for k, v in rec.items() if k not in CHAT}
+    out["speaker"], out["text"] = name or rec["role"], rec["content"]
+    if "timestamp" in rec:
+        out["session_date"], day = _timestamp(rec["timestamp"], where)
+        if "session" not in rec:
+            out["session"] = day or _day(out["session_date"], where)
+    return out
+
+
+def _timestamp(value: object, where: str) -> tuple[str, str]:
+    """A timestamp as the session date, and its day when it is a number: a non-empty string as given (its day read
+    by _day when needed); seconds since 1970 as ISO 8601 UTC, with that day."""
+    if isinstance(value, str) and value.strip():
+        return value, ""
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+        try:
+            moment = datetime.fromtimestamp(value, timezone.utc).replace(microsecond=0, tzinfo=None)
+        except (OverflowError, OSError, ValueError):
+            pass
+        else:
+            return moment.isoformat() + "Z", moment.date().isoformat()
+    raise InputError(f"{where}: field 'timestamp' must be a date string or seconds since 1970, got {value!r:.80}")
+
+
+TIMESTAMP_MAX_CHARS = 100
+
+
+def _day(timestamp: str, where: str) -> str:
+    """The session of a timestamp: the calendar day it names by itself (dates.absolute_day), ISO (2024-03-04)."""
+    try:
+        timestamp.encode("utf-8")
+        day = absolute_day(timestamp) if len(timestamp) <= TIMESTAMP_MAX_CHARS else None
+    except (UnicodeEncodeError, ValueError, OverflowError):  # a lone surrogate; a date the parser cannot hold
+        day = None
+    if day is None:
+        raise InputError(f"{where}: field 'timestamp': no calendar day in {timestamp!r:.80} (give a date such as "
+                         f"2024-03-04T10:15:00Z or 4 March 2024, or a 'session')")
+    return day.isoformat()
+
+
+def derived_message_id(speaker: str, text: str, session_date: str) -> str:
+    """The id of a message that brings none: "m-" and 12 hex digits of the sha256 of its speaker, text and
+    session date. Stable: the same message added again gets the same id, and is skipped as stored."""
+    digest = hashlib.sha256("\x1f".join((speaker, text, session_date)).encode("utf-8", "surrogatepass"))
+    return "m-" + digest.hexdigest()[:12]
+
+
+class MessageIds:
+    """Fills in derived message ids over one input (a file, one Memory.add call): the k-th repeat of the same
+    speaker, text and session date in a conversation gets "-k" after the id (m-0123456789ab-2). A repeat added by
+    a later call cannot be told from the same message added again: give such messages their own message_id."""
+
+    def __init__(self):
+        self.seen: dict[tuple[str, str], int] = {}
+
+    def fill(self, rec: dict) -> dict:
+        if "message_id" in rec:
+            return rec
+        base = derived_message_id(*(str(rec.get(f, "")) for f in ("speaker", "text", "session_date")))
+        key = (str(rec.get("conversation_id")), base)
+        n = self.seen[key] = self.seen.get(key, 0) + 1
+        return {**rec, "message_id": base if n == 1 else f"{base}-{n}"}
+
+
+def message_from_record(rec: object, where: str, ids: MessageIds | None = None) -> Message:
     """A Message from one record (a JSONL line's object, or a dict given to Memory.add), every field checked:
-    the required ones present and non-empty, no unknown ones, strings or integers, valid Unicode."""
+    the required ones present and non-empty, no unknown ones, strings or integers, valid Unicode. A record in the
+    chat shape (role, content: from_chat_shape) is read as one in the JSONL fields, its id derived when it has none
+    (`ids`, one per input)."""
     if not isinstance(rec, Mapping):
         raise InputError(f"{where}: expected a JSON object")
+    names = None  # the record's own name of each Message field, for errors
+    if is_chat_shaped(rec):
+        names = {"speaker": "name" if rec.get("name") else "role", "text": "content", "session_date": "timestamp"}
+        rec = (ids or MessageIds()).fill(from_chat_shape(rec, where))
     allowed = REQUIRED + OPTIONAL + (METADATA,)
     unknown = [k for k in rec if k not in allowed]
     if unknown:
@@ -206,7 +310,7 @@ def message_from_record(rec: object, where: str) -> Message:
         str(rec["conversation_id"]), str(rec["message_id"]), str(rec["speaker"]), str(rec["text"]),
         str(rec.get("session", "1")), str(rec.get("session_date", "")), user_id=str(rec.get("user_id", "")),
         agent_id=str(rec.get("agent_id", "")), metadata=check_metadata(rec.get(METADATA, {}), where),
-    ), where)
+    ), where, names)
 
 
 def as_messages(items: object, where: str = "add", conversation_id: str | None = None, user_id: str | None = None,
@@ -222,13 +326,13 @@ def as_messages(items: object, where: str = "add", conversation_id: str | None =
     except TypeError:
         raise InputError(f"{where}: expected a list of messages, got {type(items).__name__}") from None
     tags = _call_tags(where, conversation_id, user_id, agent_id, metadata)
-    out = []
+    out, ids = [], MessageIds()
     for n, item in enumerate(items):
         if isinstance(item, Message):
             item = {f: getattr(item, f) for f in REQUIRED + OPTIONAL + (METADATA,)}
         elif not isinstance(item, Mapping):
             raise InputError(f"{where}: message {n}: expected a Message or a dict, got {type(item).__name__}")
-        out.append(message_from_record(_tagged(item, tags, f"{where}: message {n}"), f"{where}: message {n}"))
+        out.append(message_from_record(_tagged(item, tags, f"{where}: message {n}"), f"{where}: message {n}", ids))
     return out
 
 
@@ -286,9 +390,10 @@ def load_jsonl(path: str | Path) -> list[Message]:
     path = Path(path)
     out: list[Message] = []
     seen: dict[tuple[str, str], int] = {}
+    ids = MessageIds()
     for lineno, rec in read_jsonl(path):
         where = f"{path} line {lineno}"
-        m = message_from_record(rec, where)
+        m = message_from_record(rec, where, ids)
         first = seen.setdefault((m.conversation_id, m.message_id), lineno)
         if first != lineno:
             raise InputError(f"{where}: message id {m.message_id} appears twice in conversation "

@@ -156,7 +156,7 @@ class Loom:
         try:
             res = yield JsonRequest(
                 extract_prompt(box.messages, box.session_date), extract_schema(ec), stage="extract",
-                max_tokens=ec.max_tokens,
+                max_tokens=ec.max_tokens, about=f"box {box.id}",
             )
         except BackendError as exc:
             # Recorded, shown by `membox show` and the build summary, retried by the next build.

@@ -17,7 +17,7 @@ from contextlib import asynccontextmanager
 from typing import Annotated, Any, Callable
 
 from .backends.base import BackendError
-from .cli import one_line
+from .cli import CONFIG_HELP, one_line
 from .config import ConfigError
 from .ingest import InputError
 from .server import (DEFAULT_HOST, Guard, Service, api_key_from_env, check_bind, is_loopback, listen, log_to_stderr,
@@ -127,9 +127,10 @@ def add_parser(subparsers) -> None:
     p = subparsers.add_parser("mcp", help="serve a memory as MCP tools (stdio for a client that launches it, or "
                                           "streamable HTTP)")
     p.add_argument("store", help="memory folder (created if missing)")
-    p.add_argument("--transport", choices=("stdio", "http"), default="stdio")
+    p.add_argument("--transport", choices=("stdio", "http"), default="stdio",
+                   help="stdio (default): for a client that launches the server; http: streamable HTTP at /mcp")
     p.add_argument("--host", default=DEFAULT_HOST, help="http: address to bind (any but this machine's needs "
                                                         "MEMBOX_API_KEY)")
     p.add_argument("--port", type=int, default=DEFAULT_MCP_PORT, help="http: port")
-    p.add_argument("--config", default="cpu", help="config name in configs/ or a .toml path (the memory's own)")
+    p.add_argument("--config", help=CONFIG_HELP)
     p.set_defaults(func=cmd_mcp)

@@ -20,9 +20,10 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
 from .backends.base import Backend, TextRequest
-from .config import Config, load_config
+from .config import Config, ConfigError, config_from_dict, load_config
 from .embed import CachedEmbedder, Embedder, make_embedder
 from .execution.driver import Driver
+from .execution.progress import Describe, DescribingDriver
 from .index import VectorIndex
 from .ingest import InputError, as_messages, check_metadata
 from .private import private_dir
@@ -113,15 +114,17 @@ def _writes(what: str):
 class Memory:
     """A memory folder: the shared store plus the memory systems (components) the config names."""
 
-    def __init__(self, path: str | Path, config: Config | str | Path = "cpu",
+    def __init__(self, path: str | Path, config: Config | str | Path | None = None,
                  backend: Backend | Callable[[], Backend] | None = None, embedder: Embedder | None = None,
                  answer_backend: Backend | Callable[[], Backend] | None = None):
+        """`config`: a Config, a config name or a .toml path; None: the config the folder was built with (its
+        snapshot, stored by the first build), or the default, cpu, for a new folder (`memory_config`)."""
         self.path = Path(path)
         self._write_lock: WriteLock | None = None  # held while a write runs (writing), or till close (hold_write_lock)
         self._writer_token: str | None = None  # the lock's token when this Memory last took it
         self._models_checked = False
         private_dir(self.path)  # owner-only, 0700 (private.py); a folder an older version made 0755 is tightened
-        self.config = config if isinstance(config, Config) else load_config(config)
+        self.config = memory_config(self.path, config)
         built = built_systems(self.path / "memory.db")
         self.store = store_class(tables_for(self.config.memory.systems))(self.path / "memory.db")
         if any(name not in built for name in self.config.memory.systems):
@@ -173,8 +176,9 @@ class Memory:
             self._answer_backend = self._answer_backend()
         return self._answer_backend
 
-    def driver(self) -> Driver:
-        return Driver(self.store, self.embedder, lambda: self.backend)
+    def driver(self, describe: Describe | None = None) -> Driver:
+        """A driver for this memory's steps; `describe(text)` is told what each model call is about."""
+        return DescribingDriver(self.store, self.embedder, lambda: self.backend, describe=describe)
 
     def _check_embedder_setting(self) -> None:
         name = self.config.embedder.model
@@ -198,19 +202,41 @@ class Memory:
 
     def check_build_settings(self) -> None:
         """A memory is filed with one set of build settings: continuing it with others (another judge,
-        other weights, another model) would mix two segmentations in one store, silently. Refused."""
+        other weights, another model) would mix two segmentations in one store, silently. Refused. The first build
+        records the settings and the whole config (`record_config`: what `Memory(path)` opens it with later)."""
+        before = self.check_fits()
+        now = self.build_settings()
+        if before is None or set(now) - set(before):  # new, or keys it was built without (a system added to it, a
+            self.store.set_meta("build_settings", json.dumps(now, sort_keys=True))  # key added since): recorded
+            self.record_config()
+        elif self.store.get_meta(CONFIG_KEY) is None:  # a memory built before configs were stored
+            self.record_config()
+
+    def check_fits(self) -> dict | None:
+        """Refuse (StoreError, one line) a config whose build settings differ from those the memory was built
+        with; writes nothing (a reader may call it). Returns the recorded settings (None: nothing built yet)."""
         stored = self.store.get_meta("build_settings")
         if stored is None:
-            self.store.set_meta("build_settings", json.dumps(self.build_settings(), sort_keys=True))
-            return
+            return None
         before = json.loads(stored)
         diff = self.settings_differences(before)
         if diff:
-            raise StoreError(f"{self.path} was built with other settings ({diff}); continue it with the settings "
-                             f"it was built with, or build into a new memory folder")
-        now = self.build_settings()
-        if set(now) - set(before):  # keys it was built without (a system added to it, a key added since): recorded
-            self.store.set_meta("build_settings", json.dumps(now, sort_keys=True))
+            raise StoreError(f"{self.path} was built with other settings ({diff}); {self._built_with()}, or build "
+                             f"into a new memory folder")
+        return before
+
+    def _built_with(self) -> str:
+        """How to name the config the memory was built with, for an error line."""
+        snapshot = self.store.get_meta(CONFIG_KEY)
+        if snapshot is None:
+            return "continue it with the config it was built with"
+        name = json.loads(snapshot).get("name", "?")
+        return f"use the config it was built with ({name!r}, stored in the folder: give no --config, or config=None)"
+
+    def record_config(self) -> None:
+        """Store the config as the memory's own (meta `config`: its name, source file and every key, as JSON), so
+        that it can be opened, asked and served without naming a config (`stored_config`)."""
+        self.store.set_meta(CONFIG_KEY, json.dumps(self.config.to_dict(), sort_keys=True))
 
     def settings_differences(self, before: dict) -> str:
         """How build settings recorded earlier (`before`: a store's, an export's) differ from this config's, as
@@ -234,6 +260,12 @@ class Memory:
         if not self._models_checked:
             preflight_models(self.config, llm=self._backend is None, embedder=self._embedder is None)
             self._models_checked = True
+
+    def to_file(self, conversations: Iterable[str] | None = None) -> dict[str, int]:
+        """Per memory system, the messages of these conversations (default: all) it has yet to take in: what a
+        build's progress callback counts (Component.pending)."""
+        convs = list(self.store.conversations() if conversations is None else conversations)
+        return {comp.name: sum(comp.pending(c) for c in convs) for comp in self.components}
 
     def has_work(self, conversations: Iterable[str] | None = None) -> bool:
         """Whether a build has anything to do in these conversations (default: all): messages to file, boxes to
@@ -273,15 +305,16 @@ class Memory:
 
     # ---- writing --------------------------------------------------------------------------------
     def conversation_step(self, conversation_id: str, seal: bool, progress: Callable[[int], None] | None = None):
-        """The generator step that processes every pending message of one conversation, system by system
-        (the progress callback counts the first system's messages)."""
+        """The generator step that processes every pending message of one conversation, system by system;
+        `progress(1)` as each system takes in a message (their sum: `to_file`)."""
         self.check_build_settings()
-        for n, comp in enumerate(self.components):
-            yield from comp.build_step(conversation_id, seal, progress if n == 0 else None)
+        for comp in self.components:
+            yield from comp.build_step(conversation_id, seal, progress)
 
     def add(self, messages: Iterable[Message | dict], seal: bool = False,
             progress: Callable[[int], None] | None = None, *, conversation_id: str | None = None,
-            user_id: str | None = None, agent_id: str | None = None, metadata: Mapping[str, Any] | None = None) -> int:
+            user_id: str | None = None, agent_id: str | None = None, metadata: Mapping[str, Any] | None = None,
+            describe: Describe | None = None) -> int:
         """Store messages (skipping ones already stored) and file every pending message into boxes.
 
         Returns how many messages were new. Idempotent by (conversation id, message id): a message stored already
@@ -291,24 +324,31 @@ class Memory:
         Messages are Message objects or dicts with the JSONL fields (ingest.py), each with optional `user_id`,
         `agent_id` and `metadata` (a JSON object of at most 4 KB). The keyword arguments apply to the whole call:
         `conversation_id` for dicts that name none (a message of another conversation is refused), `user_id` and
-        `agent_id` for messages that carry none, `metadata` under each message's own (its keys win).
+        `agent_id` for messages that carry none, `metadata` under each message's own (its keys win). Dicts may also
+        come in the OpenAI / mem0 chat shape, {"role", "content", "name", "timestamp"} (ingest.from_chat_shape).
+
+        `progress(1)` is called as each memory system takes in a message (their total: `to_file`), `describe(text)`
+        before each model call with what it is about ("extracting box 12"): the hooks of a progress bar
+        (execution/progress.py).
         """
         # every message is checked (InputError) before anything is written, the write lock's file included
-        return self._add(as_messages(messages, "add", conversation_id, user_id, agent_id, metadata), seal, progress)
+        return self._add(as_messages(messages, "add", conversation_id, user_id, agent_id, metadata), seal, progress,
+                         describe)
 
     @_writes("Memory.add")
-    def _add(self, msgs: list[Message], seal: bool, progress: Callable[[int], None] | None) -> int:
+    def _add(self, msgs: list[Message], seal: bool, progress: Callable[[int], None] | None,
+             describe: Describe | None = None) -> int:
         if msgs or self.has_work():
             self.check_models()  # a missing or broken model is reported before the first message is filed
         self.check_build_settings()  # other build settings are refused before a message is written
         added = self.store.add_messages(msgs)
         self._file(list(dict.fromkeys([m.conversation_id for m in msgs])) or self.store.conversations(), seal,
-                   progress)
+                   progress, describe)
         return added
 
     @_writes("Memory.file_pending")
     def file_pending(self, conversation_id: str | None = None, seal: bool = False,
-                     progress: Callable[[int], None] | None = None) -> None:
+                     progress: Callable[[int], None] | None = None, describe: Describe | None = None) -> None:
         """Memory.add's second half alone: file the stored messages no box holds yet, in order, of one conversation
         (None: every one), then with `seal` seal its open box. For messages stored earlier and not filed: an
         interrupted add, or messages a server stored on receipt to file them in the background (server.py)."""
@@ -316,10 +356,11 @@ class Memory:
         if self.has_work(convs):
             self.check_models()
         self.check_build_settings()
-        self._file(convs, seal, progress)
+        self._file(convs, seal, progress, describe)
 
-    def _file(self, conversations: list[str], seal: bool, progress: Callable[[int], None] | None) -> None:
-        driver = self.driver()
+    def _file(self, conversations: list[str], seal: bool, progress: Callable[[int], None] | None,
+              describe: Describe | None = None) -> None:
+        driver = self.driver(describe)
         for conv in conversations:
             driver.drive(self.conversation_step(conv, seal, progress), conv)
 
@@ -644,6 +685,9 @@ class Memory:
         for comp in self.components:
             out.update(comp.stats(conversation_id))
         out["llm_usage"] = self.store.usage_by_stage(conversation_id)
+        # build seconds and calls by stage, summed over every build of it (profile.py: what each stage measures)
+        out["build_time"] = {s: {"wall_s": round(t["wall_s"], 3), "calls": t["calls"]}
+                             for s, t in self.store.build_time_by_stage(conversation_id).items()}
         return out
 
     def close(self) -> None:
@@ -676,6 +720,36 @@ def _quoted(rows: list[Message], ids: list[str]) -> list[str]:
 
 def dump_json(obj) -> str:
     return json.dumps(obj, indent=2, ensure_ascii=False)
+
+
+CONFIG_KEY = "config"  # the meta key of the config a memory was built with (Memory.record_config)
+
+
+def stored_config(path: str | Path) -> Config | None:
+    """The config a memory folder was built with (the snapshot its first build stored); None for a folder without
+    a memory or without a snapshot (built by an older version). A snapshot this version cannot load is a
+    ConfigError naming the folder."""
+    if not (Path(path) / "memory.db").exists():
+        return None
+    store = open_store(path)
+    try:
+        snapshot = store.get_meta(CONFIG_KEY)
+    finally:
+        store.close()
+    if snapshot is None:
+        return None
+    try:
+        return config_from_dict(json.loads(snapshot), where=f"{path}: the config stored at its first build")
+    except ConfigError as exc:
+        raise ConfigError(f"{exc}; pass --config with the config it was built with") from None
+
+
+def memory_config(path: str | Path, config: Config | str | Path | None = None) -> Config:
+    """The config to open a memory folder with: `config` (a Config, a name or a .toml path) when given, else the one
+    the folder was built with (stored_config), else the default, cpu."""
+    if config is None:
+        return stored_config(path) or load_config("cpu")
+    return config if isinstance(config, Config) else load_config(config)
 
 
 def open_store(path: str | Path):

@@ -41,10 +41,11 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from .backends.base import BackendError
-from .cli import one_line
-from .config import ConfigError, load_config
+from .cli import CONFIG_HELP, one_line
+from .execution.progress import Bar
+from .config import ConfigError
 from .ingest import InputError, as_messages
-from .memory import Memory, open_store
+from .memory import Memory, memory_config, open_store
 from .store import NotFound, StoreBusy, StoreError
 from .weights import ModelNotFound
 
@@ -111,7 +112,8 @@ class Service:
         self._closed = False
         self.started_at = time.time()
         self.received = self.filed = 0  # since start: messages newly stored, messages filed
-        self.filing: dict[str, Any] | None = None  # the slice in progress: conversation, done, total, since
+        # the slice in progress: conversation, done and total (steps: a message once per memory system), since
+        self.filing: dict[str, Any] | None = None
         self._stalled: dict[str, int] = {}  # conversation -> messages a slice that raised nothing left pending
         self.last_error: dict[str, Any] | None = None
 
@@ -178,6 +180,9 @@ class Service:
         stored, filed = self.intake.filing_counts().get(conversation_id, (0, 0))
         return stored - filed
 
+    def _filed_in(self, conversation_id: str) -> int:
+        return self.intake.filing_counts().get(conversation_id, (0, 0))[1]
+
     # ---- the filer --------------------------------------------------------------------------------------------------
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -208,12 +213,15 @@ class Service:
         error kept for GET /status."""
         total = self._pending_in(conversation_id)
         with self._turn:
-            self.filing = {"conversation": conversation_id, "done": 0, "total": total, "since": time.time()}
+            filed_before = self._filed_in(conversation_id)
+            steps = sum(self.writer.to_file([conversation_id]).values())  # once per memory system
+            self.filing = {"conversation": conversation_id, "done": 0, "total": steps, "since": time.time()}
             log.info("filing %d message(s) of conversation %s%s", total, conversation_id,
                      ", then sealing its open box" if seal else "")
             try:
-                with _progress_bar(total, conversation_id) as bar:
-                    self.writer.file_pending(conversation_id, seal, progress=lambda n: self._step(n, bar))
+                with _progress_bar(steps, conversation_id) as bar:
+                    self.writer.file_pending(conversation_id, seal, progress=lambda n: self._step(n, bar),
+                                             describe=bar.describe)
             except Exception as exc:  # noqa: BLE001 - any failure is reported in /status and retried
                 line = f"{type(exc).__name__}: {one_line(str(exc))}"
                 self.last_error = {"conversation": conversation_id, "error": line, "at": time.time()}
@@ -222,6 +230,8 @@ class Service:
                 return False
             finally:
                 done, self.filing = self.filing, None
+                filed = self._filed_in(conversation_id) - filed_before  # messages (the steps count each system)
+                self.filed += filed
         if seal:
             self._set_seal_requests(done=conversation_id)
         left = self._pending_in(conversation_id)
@@ -230,13 +240,12 @@ class Service:
             self.last_error = {"conversation": conversation_id, "at": time.time(),
                                "error": f"{left} message(s) stayed pending after a slice that raised nothing"}
             log.error("filing conversation %s: %s", conversation_id, self.last_error["error"])
-        log.info("filed %d message(s) of conversation %s in %.1f s; %d pending in all", done["done"],
+        log.info("filed %d message(s) of conversation %s in %.1f s; %d pending in all", filed,
                  conversation_id, time.time() - done["since"], self._counts()[1])
         return True
 
     def _step(self, n: int, bar) -> None:
         self.filing["done"] += n
-        self.filed += n
         bar.update(n)
 
     # ---- status -----------------------------------------------------------------------------------------------------
@@ -307,7 +316,7 @@ class Service:
         if not self._turn.acquire(timeout=self.write_wait_s):
             filing = self.filing
             doing = (f"filing conversation {filing['conversation']!r} ({filing['done']} of {filing['total']} "
-                     f"messages)") if filing else "writing"
+                     f"done)") if filing else "writing"
             raise StoreBusy(f"{self.writer.path} is busy {doing}; {what} was not done, try again later (GET /status "
                             f"shows the progress)")
         try:
@@ -335,21 +344,10 @@ class Service:
             return mem.reset()
 
 
-class _NoBar:
-    def update(self, n: int) -> None:
-        pass
-
-
-@contextmanager
-def _progress_bar(total: int, conversation_id: str):
-    """A tqdm bar (messages per second, ETA) when stderr is a terminal; the log lines say the rest."""
-    if not sys.stderr.isatty():
-        yield _NoBar()
-        return
-    from tqdm import tqdm
-
-    with tqdm(total=total, desc=f"filing {conversation_id}", unit="msg", file=sys.stderr, leave=False) as bar:
-        yield bar
+def _progress_bar(total: int, conversation_id: str) -> Bar:
+    """A bar (messages per second, ETA, what the model is doing) when stderr is a terminal; the log lines say the
+    rest."""
+    return Bar(total, f"filing {conversation_id}", unit="msg", quiet=not sys.stderr.isatty(), leave=False)
 
 
 # ---- security --------------------------------------------------------------------------------------------------------
@@ -616,9 +614,10 @@ def run_app(app, sock: socket.socket, **options) -> None:
     uvicorn.Server(uvicorn.Config(app, log_level="info", **options)).run(sockets=[sock])
 
 
-def open_service(store: str | Path, config: str, **options) -> Service:
-    """The Service of a memory folder (created if missing) for the config named."""
-    cfg = load_config(config)
+def open_service(store: str | Path, config: str | None = None, **options) -> Service:
+    """The Service of a memory folder (created if missing) for the config named (None: the one it was built with,
+    memory.memory_config)."""
+    cfg = memory_config(store, config)
     return Service(Memory(store, cfg), Memory(store, cfg), **options)
 
 
@@ -631,7 +630,7 @@ def cmd_serve(args) -> int:
     check_bind(args.host, key)
     sock = listen(args.host, args.port)
     log_to_stderr()
-    cfg = load_config(args.config)
+    cfg = memory_config(args.store, args.config)
     app = create_app(Memory(args.store, cfg), Memory(args.store, cfg), api_key=key, local=is_loopback(args.host))
     print(f"membox: serving {args.store} (config {cfg.name}) on http://{args.host}:{args.port} "
           f"(API docs at /docs){'; API key required' if key else ''}", file=sys.stderr)
@@ -645,6 +644,6 @@ def add_parser(subparsers) -> None:
     p.add_argument("store", help="memory folder (created if missing)")
     p.add_argument("--host", default=DEFAULT_HOST,
                    help=f"address to bind (default {DEFAULT_HOST}: this machine only; any other needs {API_KEY_ENV})")
-    p.add_argument("--port", type=int, default=DEFAULT_PORT)
-    p.add_argument("--config", default="cpu", help="config name in configs/ or a .toml path (the memory's own)")
+    p.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port to listen on (default {DEFAULT_PORT})")
+    p.add_argument("--config", help=CONFIG_HELP)
     p.set_defaults(func=cmd_serve)

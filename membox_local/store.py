@@ -9,6 +9,8 @@ in WAL mode. A message row is written before it is processed and marked processe
 files it, so an interrupted build resumes exactly where it stopped. The messages table's filing columns (box_id, decision, score, processed)
 record the box memory's progress; they predate the split into systems and stay here. The history table
 records every change to a message or a box (Memory.history), with ids and counts only, never a message's text.
+The build_time table holds each conversation's build seconds by stage (profile.py), beside its token usage; the
+store times its own write transactions (`write_s`, `writes`) for it.
 """
 from __future__ import annotations
 
@@ -31,7 +33,7 @@ from .ingest import metadata_text
 from .private import FILE_MODE, private_dir, private_file, tighten
 from .records import Change, Message
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -82,7 +84,15 @@ CREATE TABLE IF NOT EXISTS history (
 );
 CREATE INDEX IF NOT EXISTS history_message ON history (conversation_id, message_id);
 CREATE INDEX IF NOT EXISTS history_box ON history (box_id);
+CREATE TABLE IF NOT EXISTS build_time (
+    conversation_id TEXT NOT NULL,
+    stage TEXT NOT NULL,
+    wall_s REAL NOT NULL,
+    calls INTEGER NOT NULL,
+    PRIMARY KEY (conversation_id, stage)
+);
 """
+# Schema 3 added the build_time table (seconds and calls per conversation and build stage, profile.py).
 # Columns a schema version added to a table that existed before it: (table, column, declaration), added to a store
 # of an older version when it is opened (Store._migrate). New stores get them from SCHEMA's CREATE TABLE.
 COLUMNS_ADDED: dict[int, tuple[tuple[str, str, str], ...]] = {
@@ -264,7 +274,7 @@ class Store:
     COLUMNS_ADDED = COLUMNS_ADDED
     ID_COLUMNS = {"messages": {"uid": "messages"}, "llm_usage": {"id": "llm_usage"}, "history": {"id": "history"}}
     OWN_ID = {"messages": "uid", "llm_usage": "id", "history": "id"}
-    KEYED = ("embeddings", "meta")
+    KEYED = ("embeddings", "meta", "build_time")  # build_time: keyed by (conversation, stage), disjoint across shards
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
@@ -285,6 +295,10 @@ class Store:
         # deleted rows are overwritten with zeros, not left in free pages (forgetting: Memory.forget)
         self.db.execute("PRAGMA secure_delete=ON")
         self._depth = 0
+        # seconds spent inside write transactions (BEGIN to COMMIT) and how many committed: the build profile's
+        # "store" stage reads their growth around each piece of work (profile.py)
+        self.write_s = 0.0
+        self.writes = 0
         self._migrate()
 
     # ---- plumbing -------------------------------------------------------------------------------
@@ -330,6 +344,7 @@ class Store:
         with self._lock:
             outer = self._depth == 0
             if outer:
+                t0 = time.perf_counter()
                 self.db.execute("BEGIN IMMEDIATE")
             self._depth += 1
             try:
@@ -342,6 +357,8 @@ class Store:
             self._depth -= 1
             if outer:
                 self.db.execute("COMMIT")
+                self.write_s += time.perf_counter() - t0
+                self.writes += 1
 
     def close(self) -> None:
         with self._lock:
@@ -547,6 +564,23 @@ class Store:
         return {r["stage"]: {"calls": r["calls"], "prompt_tokens": r["p"], "completion_tokens": r["c"]}
                 for r in rows}
 
+    def record_build_time(self, rows: Iterable[tuple[str, str, float, int]]) -> None:
+        """Add (conversation, stage, seconds, calls) to the build_time table: a resumed build accumulates."""
+        with self.transaction():
+            self.db.executemany(
+                "INSERT INTO build_time (conversation_id, stage, wall_s, calls) VALUES (?, ?, ?, ?) "
+                "ON CONFLICT (conversation_id, stage) DO UPDATE SET wall_s = wall_s + excluded.wall_s, "
+                "calls = calls + excluded.calls", list(rows))
+
+    def build_time_by_stage(self, conversation_id: str | None = None) -> dict[str, dict[str, float]]:
+        """{stage: {"wall_s", "calls"}} summed over every conversation (None) or of one."""
+        sql, args = "SELECT stage, SUM(wall_s) AS s, SUM(calls) AS n FROM build_time", []
+        if conversation_id is not None:
+            sql += " WHERE conversation_id=?"
+            args.append(conversation_id)
+        rows = self.db.execute(sql + " GROUP BY stage ORDER BY stage", args).fetchall()
+        return {r["stage"]: {"wall_s": r["s"], "calls": r["n"]} for r in rows}
+
     # ---- history (Memory.history) ---------------------------------------------------------------
     def record(self, conversation_id: str, event: str, message_id: str | None = None, box_id: int | None = None,
                detail: Mapping[str, Any] | None = None) -> None:
@@ -569,8 +603,8 @@ class Store:
     # ---- forgetting (Memory.forget) -------------------------------------------------------------
     def delete_messages(self, conversation_id: str, message_ids: Iterable[str]) -> int:
         """Delete messages of one conversation, each recorded in the history (ids only); returns how many were
-        deleted. When the conversation is left with no message, its usage rows go too. What other tables derived
-        from them is each system's to delete (Component.forget), in the same transaction."""
+        deleted. When the conversation is left with no message, its usage and build-time rows go too. What other
+        tables derived from them is each system's to delete (Component.forget), in the same transaction."""
         ids = list(dict.fromkeys(message_ids))
         with self.transaction():
             for cur in self._in_chunks("SELECT message_id FROM messages WHERE conversation_id=? "
@@ -582,16 +616,18 @@ class Store:
             if self.db.execute("SELECT 1 FROM messages WHERE conversation_id=? LIMIT 1",
                                (conversation_id,)).fetchone() is None:
                 self.db.execute("DELETE FROM llm_usage WHERE conversation_id=?", (conversation_id,))
+                self.db.execute("DELETE FROM build_time WHERE conversation_id=?", (conversation_id,))
         return deleted
 
     def clear(self) -> None:
         """Delete what no conversation owns once every conversation is forgotten (Memory.reset): the history, usage
-        rows left (answers asked with no conversation), the embedding cache (questions asked), the build settings.
-        The memory keeps its schema, systems and embedder."""
+        rows left (answers asked with no conversation), build times (the box index's), the embedding cache
+        (questions asked), the build settings and the config stored with them. The memory keeps its schema, systems
+        and embedder."""
         with self.transaction():
-            for table in ("history", "llm_usage", "embeddings"):
+            for table in ("history", "llm_usage", "build_time", "embeddings"):
                 self.db.execute(f"DELETE FROM {table}")
-            self.db.execute("DELETE FROM meta WHERE key='build_settings'")
+            self.db.execute("DELETE FROM meta WHERE key IN ('build_settings', 'config')")
 
     def forget_vectors(self, texts: Iterable[str]) -> int:
         """Drop the cached embeddings of these texts, under every model; returns how many rows went."""

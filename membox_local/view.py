@@ -270,7 +270,7 @@ def write_page(path: str | Path, text: str) -> Path:
 
 def add_parser(subparsers) -> None:
     p = subparsers.add_parser("view", help="write one self-contained HTML page showing a memory's boxes and traces")
-    p.add_argument("store")
+    p.add_argument("store", help="memory folder")
     p.add_argument("--conversation", help="only this conversation (default: every one, with a selector)")
     p.add_argument("-o", "--output", required=True, metavar="FILE.html",
                    help="the page to write (owner-only, replaced atomically)")

@@ -115,7 +115,7 @@ class Weaver:
         shown = [(e.text, e.date) for e in trace_events[-SHOWN_TRACE_EVENTS:]]
         res = yield JsonRequest(
             link_prompt(trace.summary, shown, [e.text for e in events], date), link_schema(len(events)),
-            stage="link", max_tokens=self.cfg.weaver.max_tokens,
+            stage="link", max_tokens=self.cfg.weaver.max_tokens, about=f"box {events[0].box_id}",
         )
         return [events[i - 1] for i in sorted(set(res.data["continues"]))]
 
@@ -126,7 +126,7 @@ class Weaver:
         res = yield JsonRequest(
             trace_init_prompt([e.text for e in events], date),
             trace_init_schema(len(events), min(len(events), MAX_NEW_TRACES), MAX_SUMMARY_CHARS),
-            stage="trace-init", max_tokens=self.cfg.weaver.max_tokens,
+            stage="trace-init", max_tokens=self.cfg.weaver.max_tokens, about=f"box {events[0].box_id}",
         )
         groups, used = [], set()
         for story in res.data["storylines"]:

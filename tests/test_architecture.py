@@ -20,7 +20,8 @@ LAYERS: list[tuple[str, set[str]]] = [
     ("storage, models, input", {"store", "index", "weights", "ingest", "prompts", "backends",
                                 "backends.llamacpp", "backends.openai", "backends.vllm", "backends.transformers",
                                 "embed", "testing"}),
-    ("execution", {"execution", "execution.driver", "execution.batch", "execution.merge"}),
+    ("execution", {"execution", "execution.driver", "execution.progress", "execution.batch", "execution.merge",
+                   "profile"}),  # the build profile: the driver's timing, the machine's ceiling
     ("box memory", {"judges", "loom", "weaver", "systems.base", "systems.membox_tables", "systems.membox",
                     # the event graph (EventWeave), a memory system at the same level
                     "systems.eventweave_tables", "systems.eventweave_graph", "systems.eventweave"}),

@@ -189,7 +189,7 @@ def test_cli_build_batches_and_resumes(tmp_path, monkeypatch, capsys):
                 fh.write(json.dumps({"conversation_id": conv, "message_id": m.message_id, "speaker": m.speaker,
                                      "text": m.text, "session": m.session, "session_date": m.session_date}) + "\n")
     store = tmp_path / "store"
-    assert main(["build", str(data), "--store", str(store), "--batch-size", "4", "--jobs", "1"]) == 0
+    assert main(["build", str(data), "--store", str(store), "--batch-size", "4", "--jobs", "1", "--json"]) == 0
     stats = json.loads(capsys.readouterr().out)
     assert stats["conversations"] == len(LENGTHS) and stats["messages"] == sum(LENGTHS)
     assert stats["requests"]["JsonRequest"] > stats["batched_calls"]["JsonRequest"]

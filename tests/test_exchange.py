@@ -121,8 +121,9 @@ def test_the_command_line_exports_and_imports(tmp_path, cfg, source, capsys):
     assert "imported 45 message(s)" in capsys.readouterr().err
     with open_memory(tmp_path / "copy", cfg) as copy:
         assert exported(copy.store) == want
-    assert main(["import", str(tmp_path / "copy"), str(tmp_path / "m.jsonl"), "--config", str(cfg_path)]) == 2
-    err = capsys.readouterr().err.strip().splitlines()
+    assert main(["import", str(tmp_path / "copy"), str(tmp_path / "m.jsonl"), "--config", str(cfg_path),
+                 "--quiet"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()  # --quiet: no progress bar, the error line alone
     assert len(err) == 1 and "is not empty (2 conversation(s))" in err[0]
     assert main(["export", str(tmp_path / "nothing")]) == 2
     assert "no memory here" in capsys.readouterr().err

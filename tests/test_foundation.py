@@ -25,7 +25,8 @@ from membox_local.testing import FakeBackend, FakeEmbedder
 def test_store_is_wal_versioned_and_idempotent(tmp_path):
     s = Store(tmp_path / "m.db")
     assert s.db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-    assert s.get_meta("schema_version") == "2"  # 2: message tags and the history table (tests/test_verbs.py)
+    # 2: message tags and the history table (tests/test_verbs.py); 3: build times (tests/test_profile.py)
+    assert s.get_meta("schema_version") == "3"
     m = [Message("c", "1", "A", "hi"), Message("c", "2", "B", "hello")]
     assert s.add_messages(m) == 2
     assert s.add_messages(m) == 0

@@ -34,6 +34,7 @@ import shutil
 import tempfile
 from collections import Counter, defaultdict
 from dataclasses import asdict
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
@@ -43,7 +44,9 @@ from hypothesis import strategies as st
 from membox_local import backends, memory
 from membox_local.cli import main, one_line
 from membox_local.config import ConfigError, load_config
-from membox_local.ingest import OPTIONAL, REQUIRED, InputError, load_jsonl, load_messages
+from membox_local.dates import absolute_day
+from membox_local.ingest import (CHAT, OPTIONAL, REQUIRED, TIMESTAMP_MAX_CHARS, InputError, as_messages, load_jsonl,
+                                 load_messages)
 from membox_local.memory import Memory
 from membox_local.records import Message
 from membox_local.store import StoreError
@@ -269,8 +272,8 @@ def jsonl_files(draw, convs=None, huge=HUGE):
     elif kind == "blank":
         recs[i][draw(st.sampled_from(REQUIRED))] = draw(st.sampled_from(["", " ", "\n\t", "\u3000"]))
     elif kind == "extra":
-        recs[i][draw(st.text(min_size=1, max_size=8).filter(lambda k: k not in FIELDS))] = draw(
-            st.one_of(WRONG, GOOD_TEXT))
+        recs[i][draw(st.text(min_size=1, max_size=8).filter(lambda k: k not in FIELDS + CHAT))] = draw(
+            st.one_of(WRONG, GOOD_TEXT))  # role or content would make it a chat-shaped record (chat_records)
     elif kind == "nasty":
         recs[i][draw(st.sampled_from(FIELDS))] = draw(NASTY)
     elif kind == "huge":
@@ -351,6 +354,114 @@ def test_jsonl_records(case):
         expect("jsonl_records", err is not None, f"accepted, but line {line} is bad ({what})")
         expect("jsonl_records", f"line {line}:" in str(err) and what in str(err),
                f"the error should name line {line} and {what!r}: {err}")
+
+
+# ---- the OpenAI / mem0 chat shape ------------------------------------------------------------------------------
+CHAT_TEXT = st.one_of(GOOD_TEXT, st.sampled_from(["user", "assistant", "tool"]))
+CHAT_BAD = st.one_of(NASTY, WRONG, SMALL_INT)
+STAMPS = st.one_of(st.sampled_from(["2024-03-04T10:15:00Z", "4 March 2024", "1:56 pm on 8 May, 2023", "yesterday",
+                                    "now", "2024-13-45", "12", "", " ", "\ud800", "2024-03-04" * 12]),
+                   st.integers(-10**12, 10**12), st.floats(), st.booleans(), st.none(), NASTY)
+
+
+@st.composite
+def chat_records(draw):
+    """A chat-shaped record: each field good, bad, or left out."""
+    rec = {"conversation_id": draw(st.sampled_from(["c", "d"]))}
+    for f, good, keep in (("role", CHAT_TEXT, 0.9), ("content", GOOD_TEXT, 0.9), ("name", SPEAKER, 0.4),
+                          ("timestamp", STAMPS, 0.6), ("session", st.sampled_from(["1", 2, "s"]), 0.3),
+                          ("message_id", IDENT, 0.3)):
+        if draw(st.floats(0, 1)) < keep:
+            rec[f] = draw(good) if draw(st.floats(0, 1)) < 0.8 else draw(CHAT_BAD)
+    if draw(st.floats(0, 1)) < 0.05:
+        rec["speaker"] = "Ann"  # the two shapes mixed: an unknown field
+    return rec
+
+
+def stamp_ok(v) -> bool:
+    """A timestamp the reader takes: a non-blank string, or seconds since 1970 within datetime's years."""
+    if isinstance(v, str):
+        return bool(v.strip())
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return False
+    try:
+        datetime.fromtimestamp(v, timezone.utc)
+    except (OverflowError, OSError, ValueError):
+        return False
+    return True
+
+
+def has_day(v: str) -> bool:
+    try:
+        v.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return len(v) <= TIMESTAMP_MAX_CHARS and absolute_day(v) is not None
+
+
+def chat_verdict(rec: dict) -> str | None:
+    """The oracle for one chat-shaped record: None (accepted) or the field its error must name, in the order the
+    reader checks them (ingest.from_chat_shape, then the JSONL rules on what it maps to). A record with neither role
+    nor content is read by the JSONL rules alone."""
+    if "role" not in rec and "content" not in rec:
+        return record_verdict(rec)
+    if "speaker" in rec:
+        return "unknown fields"
+    for f in ("role", "content"):
+        if not isinstance(rec.get(f), str) or not rec[f].strip():
+            return f
+    if "name" in rec and (not isinstance(rec["name"], str) or not rec["name"].strip()):
+        return "name"
+    stamp = rec.get("timestamp")
+    if "timestamp" in rec and (not stamp_ok(stamp) or "session" not in rec and isinstance(stamp, str)
+                               and not has_day(stamp)):
+        return "timestamp"
+    if "message_id" in rec and not text_ok(rec["message_id"]):
+        return "message_id"
+    if "session" in rec and not optional_ok(rec["session"]):
+        return "session"
+    for f in ("name" if rec.get("name") else "role", "content", "timestamp"):
+        if isinstance(rec.get(f), str) and not optional_ok(rec[f]):
+            return f
+    return None
+
+
+@fuzz(0.6)
+@given(recs=st.lists(chat_records(), min_size=1, max_size=3))
+def test_chat_records(recs):
+    """Chat-shaped records, alone or beside a JSONL one: the oracle's verdict, naming the line and the field; the
+    same verdict and the same derived ids from Memory.add's reader (as_messages); the same ids on a second read."""
+    native = {"conversation_id": "c", "message_id": "n0", "speaker": "Ann", "text": "hello"}
+    verdicts = [chat_verdict(rec) for rec in recs]
+    bad_in_add = next(((k + 2, why) for k, why in enumerate(verdicts) if why is not None), None)
+    expected, seen = None, set()
+    for k, (rec, why) in enumerate(zip(recs, verdicts)):  # a file also refuses an id given twice (add: the store)
+        key = (rec["conversation_id"], str(rec.get("message_id")))
+        if why is None and "message_id" in rec and key in seen:
+            why = "appears twice"
+        seen.add(key)
+        if why is not None:
+            expected = (k + 2, why)
+            break
+    with scratch() as d:
+        p = d / "chat.jsonl"
+        p.write_text("\n".join(json.dumps(r) for r in [native] + recs) + "\n")
+        got, err = read_twice("chat_records", p)
+    via_add, add_err = attempt("chat_records", lambda: as_messages([native] + recs))
+    if expected is None:
+        expect("chat_records", err is None, f"valid records refused: {err}")
+        expect("chat_records", [m.message_id for m in got] == [m.message_id for m in via_add],
+               "the file and Memory.add derive other ids")
+    else:
+        line, what = expected
+        expect("chat_records", err is not None and f"line {line}:" in str(err) and what in str(err),
+               f"line {line} should be refused naming {what!r}: {err}")
+    if bad_in_add is None:
+        expect("chat_records", add_err is None, f"Memory.add refused valid records: {add_err}")
+    else:
+        line, what = bad_in_add
+        expect("chat_records", add_err is not None and f"message {line - 1}:" in str(add_err) and what in str(add_err),
+               f"Memory.add should refuse message {line - 1} naming {what!r}: {add_err}")
 
 
 def cut_verdict(data: bytes, k: int):
@@ -651,7 +762,7 @@ BASE = [{"conversation_id": "c0", "message_id": f"m{i}", "speaker": "AB"[i % 2],
 
 # one model instance: with several (the default for several conversations on llama.cpp) `membox build` makes a
 # llama.cpp pool itself, which the doubles do not replace
-ONE = ["--jobs", "1"]
+ONE = ["--jobs", "1", "--json"]  # one model instance; the build's stats as JSON
 
 
 @pytest.fixture(scope="module")

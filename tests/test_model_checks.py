@@ -153,7 +153,7 @@ def doubles(monkeypatch):
 def build(tmp_path: Path, toml: str, folder: Path) -> int:
     config = tmp_path / "c.toml"
     config.write_text(toml)
-    return cli.main(["build", str(DEMO), "--store", str(folder), "--config", str(config)])
+    return cli.main(["build", str(DEMO), "--store", str(folder), "--config", str(config), "--json"])
 
 
 def test_build_exits_1_when_more_boxes_failed_than_max_failed_share(tmp_path, capsys, doubles):

@@ -63,7 +63,7 @@ def test_the_command_line_needs_no_network(tmp_path, monkeypatch, capsys, no_net
     monkeypatch.setattr(memory, "make_embedder", lambda emb: FakeEmbedder())
     monkeypatch.setattr(memory, "preflight_models", lambda cfg, **kw: None)  # no model file is looked for either
     store = tmp_path / "store"
-    assert main(["build", str(DEMO), "--store", str(store)]) == 0
+    assert main(["build", str(DEMO), "--store", str(store), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["conversations"] == 1
     assert main(["show", str(store)]) == 0
     assert "box 1" in capsys.readouterr().out

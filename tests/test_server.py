@@ -239,7 +239,7 @@ def test_one_server_per_folder_and_other_writers_are_refused(tmp_path, cfg):
 def test_a_slice_that_files_nothing_is_not_retried_until_the_conversation_changes(tmp_path, cfg):
     service = Service(*doubles(tmp_path / "mem", cfg), poll_s=0.05)
     calls = []
-    service.writer.file_pending = lambda conversation_id, seal, progress: calls.append(conversation_id)
+    service.writer.file_pending = lambda conversation_id, seal, **hooks: calls.append(conversation_id)
     try:
         service.receive(DEMO_MESSAGES[:3])
         service.start()

@@ -342,7 +342,7 @@ def test_a_schema_1_store_opens_and_migrates(tmp_path, cfg):
     assert "metadata" not in columns(folder / "memory.db")
 
     with Memory(folder, cfg, backend=FakeBackend(), embedder=FakeEmbedder()) as mem:  # migrated on open
-        assert mem.store.get_meta("schema_version") == str(SCHEMA_VERSION) == "2"
+        assert mem.store.get_meta("schema_version") == str(SCHEMA_VERSION) == "3"
         assert mem.boxes() == boxes and mem.get((CONV, "s1-1")).metadata == {}
         assert mem.history((CONV, "s1-1")) == []  # a record's history starts with the migration
         mem.add(demo()[12:14], seal=True, user_id="maya", metadata={"late": True})
@@ -351,6 +351,6 @@ def test_a_schema_1_store_opens_and_migrates(tmp_path, cfg):
     assert {"user_id", "agent_id", "metadata"} <= columns(folder / "memory.db")
     again = Store(folder / "memory.db")  # opening again changes nothing (idempotent)
     try:
-        assert again.get_meta("schema_version") == "2" and len(again.messages(CONV)) == 14
+        assert again.get_meta("schema_version") == "3" and len(again.messages(CONV)) == 14
     finally:
         again.close()

@@ -46,6 +46,7 @@ class JsonRequest:
     schema: dict[str, Any] = field(hash=False)
     stage: str
     max_tokens: int = 400
+    about: str = field(default="", compare=False)  # what it is for, as a progress bar says it ("box 12")
 
 
 @dataclass(frozen=True)

@@ -176,8 +176,9 @@ def build_dir(builds: str | Path, cfg: Config, conversation_id: str, sessions: i
 
 
 def open_build(conv: str, messages: list[Message], cfg: Config, builds: str | Path, shared: Shared,
-               build: bool = True, sessions: int = 0, boxes_only: bool = False):
-    """The conversation's Memory, built (or finished) first; reused across modes and runs.
+               build: bool = True, sessions: int = 0, boxes_only: bool = False, progress: bool = True):
+    """The conversation's Memory, built (or finished) first; reused across modes and runs. `progress`: a bar
+    while it builds.
 
     With build=False only the messages are stored (what the baselines need); a later build files them.
     With boxes_only too they are filed into sealed boxes, not extracted (box-hits); a later build extracts them.
@@ -187,7 +188,7 @@ def open_build(conv: str, messages: list[Message], cfg: Config, builds: str | Pa
     mem = Memory(build_dir(builds, cfg, conv, sessions), cfg, backend=shared.backend, embedder=shared.embedder)
     try:
         if build:
-            _build(mem, conv, messages)
+            _build(mem, conv, messages, progress)
             mem.sync()
         else:
             mem.store.add_messages(messages)
@@ -202,16 +203,21 @@ def open_build(conv: str, messages: list[Message], cfg: Config, builds: str | Pa
     return mem
 
 
-def _build(mem, conv: str, messages: list[Message]) -> None:
+def _build(mem, conv: str, messages: list[Message], progress: bool = True) -> None:
+    from ..execution.progress import Bar
+
     added = mem.store.add_messages(messages)  # messages already stored are skipped (same content)
     todo = sum(comp.todo(conv) for comp in mem.components)
     if not todo:
         return
     _lock_build(mem)
-    print(f"{conv}: building ({added} new messages, {todo} messages/boxes to process) in {mem.path}",
-          file=sys.stderr)
+    if progress:
+        print(f"{conv}: building ({added} new messages, {todo} messages/boxes to process) in {mem.path}",
+              file=sys.stderr)
     t0 = time.time()
-    mem.add([], seal=True)  # the messages are stored: file the pending ones, retry failed boxes
+    with Bar(sum(mem.to_file([conv]).values()), f"{conv} build", quiet=not progress) as bar:
+        # the messages are stored: file the pending ones, retry failed boxes
+        mem.add([], seal=True, progress=bar.update, describe=bar.describe)
     wall = float(mem.store.get_meta("build_wall_s", "0")) + time.time() - t0
     mem.store.set_meta("build_wall_s", f"{wall:.2f}")
 
@@ -365,7 +371,7 @@ def run(settings: Settings, backend=None, embedder=None, progress: bool = True,
                 conv = sample["sample_id"]
                 messages = [m for m in load_locomo(s.data, [conv])
                             if not s.sessions or int(m.session) <= s.sessions]
-                mem = open_build(conv, messages, cfg, s.builds, shared, s.build, s.sessions, s.boxes_only)
+                mem = open_build(conv, messages, cfg, s.builds, shared, s.build, s.sessions, s.boxes_only, progress)
                 opened.append(mem)
                 if s.build or s.boxes_only:
                     builds[conv] = build_stats(mem, conv)
@@ -603,7 +609,7 @@ def cmd_locomo(args) -> int:
         boxes_only=args.boxes_only, sessions=args.sessions, answer_models=args.answer_models,
         overrides=dict(parse_assignment(a) for a in args.set),
     )
-    summary = run(settings)
+    summary = run(settings, progress=not args.quiet)
     print(markdown(summary))
     print(f"written to {summary['settings']['out']}/ (questions.jsonl, summary.json, summary.md)", file=sys.stderr)
     return 0
@@ -618,7 +624,8 @@ def add_parser(subparsers) -> None:
     p.add_argument("--k", nargs="*", type=int, help="evidence recall at each k, no budget (default: config k)")
     p.add_argument("--budgets", nargs="*", type=int, default=list(DEFAULT_BUDGETS),
                    help="evidence recall at each context-token budget")
-    p.add_argument("--categories", nargs="*", type=int, default=list(DEFAULT_CATEGORIES))
+    p.add_argument("--categories", nargs="*", type=int, default=list(DEFAULT_CATEGORIES),
+                   help=f"LoCoMo question categories (1-5; default: {' '.join(map(str, DEFAULT_CATEGORIES))})")
     p.add_argument("--no-qa", action="store_true", help="retrieval metrics only (no answering model)")
     p.add_argument("--qa-k", type=int, help="k for answering (default: config)")
     p.add_argument("--qa-budget", type=int, help="context budget for answering (default: config)")
@@ -639,6 +646,7 @@ def add_parser(subparsers) -> None:
     p.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
                    help="config keys for this run, e.g. retrieve.resolve_dates=false (TOML values); the build "
                         "folder stays the config's, so only settings that are not build settings belong here")
+    p.add_argument("--quiet", action="store_true", help="no progress bars and no progress lines (for scripts)")
     p.add_argument("--threads", type=int, default=0,
                    help="llama.cpp threads (default: the config's); 1 is much faster on an oversubscribed CPU")
     p.set_defaults(func=cmd_locomo)

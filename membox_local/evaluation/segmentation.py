@@ -242,7 +242,7 @@ def cmd_segmentation(args) -> int:
     from tqdm import tqdm
 
     with tqdm(total=sum(len(d.messages) for d in dialogues), desc=f"segmentation ({cfg.loom.judge})", unit="turn",
-              dynamic_ncols=True, file=sys.stderr) as bar:  # turns/s and ETA: the LLM judges take ~1 s a turn here
+              dynamic_ncols=True, file=sys.stderr, disable=args.quiet) as bar:  # turns/s, ETA: LLM judges ~1 s a turn
         rows, summary = evaluate(cfg, dialogues, progress=bar.update)
     summary = {"data": str(args.data), "config": cfg.name, "loom": cfg.loom.__dict__, **summary,
                "command": "membox " + " ".join(sys.argv[1:])}
@@ -266,4 +266,5 @@ def add_parser(subparsers) -> None:
     p.add_argument("--set", action="append", metavar="SECTION.KEY=VALUE",
                    help="override a config value, e.g. --set loom.min_box_messages=1 (repeatable)")
     p.add_argument("--out", help="report folder (default runs/segmentation/<data>-<judge>)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar (for scripts)")
     p.set_defaults(func=cmd_segmentation)

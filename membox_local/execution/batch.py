@@ -14,14 +14,15 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
-from .driver import KINDS, Driver
+from .driver import KINDS
+from .progress import Describe, DescribingDriver
 from ..requests import Request
 
 
 @dataclass
 class BuildReport:
     conversations: int = 0
-    messages: int = 0  # messages filed by this build (pending ones; resumed builds count only the rest)
+    messages: int = 0  # messages taken in by this build, once per memory system (Memory.to_file; resumed: the rest)
     wall_s: float = 0.0
     rounds: int = 0  # batched rounds: each answers every pending request, one call per kind
     calls: dict[str, int] = field(default_factory=dict)  # backend/embedder calls per request kind
@@ -40,8 +41,8 @@ class BuildReport:
                 "requests": self.requests}
 
 
-class CountingDriver(Driver):
-    """A Driver that tallies its batched calls into a BuildReport."""
+class CountingDriver(DescribingDriver):
+    """A Driver that tallies its batched calls into a BuildReport (and says what each is about: `describe`)."""
 
     def __init__(self, *args, report: BuildReport, **kw):
         super().__init__(*args, **kw)
@@ -60,11 +61,14 @@ class CountingDriver(Driver):
 
 def build_conversations(mem, conversations: Sequence[str], batch_size: int = 8, seal: bool = True,
                         progress: Callable[[int], None] | None = None,
-                        on_conversation: Callable[[str], None] | None = None) -> BuildReport:
+                        on_conversation: Callable[[str], None] | None = None,
+                        describe: Describe | None = None) -> BuildReport:
     """File every pending message of `conversations` in `mem` (a Memory), `batch_size` conversations at a time.
 
     Resumable like `Memory.add`: messages must already be in the store; whatever is pending is processed.
-    `progress(n)` is called per filed message, `on_conversation(id)` as each conversation finishes.
+    `progress(n)` is called as each memory system takes in a message (Memory.to_file counts them beforehand),
+    `describe(text)` before each batched model call with what it is about, `on_conversation(id)` as each
+    conversation finishes.
     Holds the memory folder's write lock while it runs (`Memory.writing`), and checks the models first when
     there is work (`Memory.check_models`).
     """
@@ -73,12 +77,12 @@ def build_conversations(mem, conversations: Sequence[str], batch_size: int = 8, 
     with mem.writing("build"):
         if mem.has_work(dict.fromkeys(conversations)):
             mem.check_models()
-        return _build(mem, conversations, batch_size, seal, progress, on_conversation)
+        return _build(mem, conversations, batch_size, seal, progress, on_conversation, describe)
 
 
 def _build(mem, conversations: Sequence[str], batch_size: int, seal: bool,
            progress: Callable[[int], None] | None,
-           on_conversation: Callable[[str], None] | None) -> BuildReport:
+           on_conversation: Callable[[str], None] | None, describe: Describe | None = None) -> BuildReport:
     report = BuildReport(conversations=len(conversations))
     counted = 0
 
@@ -88,7 +92,7 @@ def _build(mem, conversations: Sequence[str], batch_size: int, seal: bool,
         if progress is not None:
             progress(n)
 
-    driver = CountingDriver(mem.store, mem.embedder, lambda: mem.backend, report=report)
+    driver = CountingDriver(mem.store, mem.embedder, lambda: mem.backend, report=report, describe=describe)
     steps = ((c, (c, mem.conversation_step(c, seal, tick))) for c in dict.fromkeys(conversations))
     t0 = time.perf_counter()
     driver.drive_many(steps, limit=batch_size,

@@ -69,10 +69,11 @@ class ShardBuilder:
         self.filed = 0
 
     def prepare(self, messages: list[Message]) -> int:
-        """Store this shard's messages (skipping stored ones); returns how many wait to be filed."""
+        """Store this shard's messages (skipping stored ones); returns how many wait to be filed (Memory.to_file:
+        once per memory system)."""
         self.memory.store.add_messages(messages)
         convs = list(dict.fromkeys(m.conversation_id for m in messages))
-        return sum(len(self.memory.store.pending_messages(c)) for c in convs)
+        return sum(self.memory.to_file(convs).values())
 
     def build(self, conversations: list[str], batch_size: int, seal: bool, ship: bool) -> dict[str, Any]:
         from .batch import build_conversations

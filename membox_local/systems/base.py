@@ -44,7 +44,8 @@ class Component:
         return json.loads(json.dumps(out))  # as stored: tuples become lists
 
     def build_step(self, conversation_id: str, seal: bool, progress: Callable[[int], None] | None = None) -> Step:
-        """Process every pending message of one conversation (resuming whatever an interruption left)."""
+        """Process every pending message of one conversation (resuming whatever an interruption left), calling
+        `progress(1)` as each message of `pending` is taken in."""
         raise NotImplementedError
         yield
 
@@ -52,6 +53,11 @@ class Component:
         """Finish the conversation's open structure (end of a conversation)."""
         return None
         yield
+
+    def pending(self, conversation_id: str) -> int:
+        """Messages of the conversation this system has yet to take in: what its build step counts with `progress`
+        (a build's progress bar and its "to file" line add them up over the systems)."""
+        return len(self.store.pending_messages(conversation_id))
 
     def todo(self, conversation_id: str) -> int:
         """How much of the conversation is left to build (0: nothing; a resumed build has work)."""

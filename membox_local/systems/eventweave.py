@@ -71,7 +71,7 @@ class EventWeave(Component):
     # ---- building -------------------------------------------------------------------------------
     def build_step(self, conversation_id: str, seal: bool, progress: Callable[[int], None] | None = None) -> Step:
         tried: set[str] = set()  # sessions whose summary failed in this step (retried by the next build)
-        yield from self._catch_up(conversation_id, tried)
+        yield from self._catch_up(conversation_id, tried, progress)
         pairs = self.store.ew_pairs(conversation_id)
         previous: Message | None = None
         for m in self.store.messages(conversation_id):
@@ -90,7 +90,8 @@ class EventWeave(Component):
         yield from self._catch_up(conversation_id, tried)
         yield from self.summarise(conversation_id, True, tried)
 
-    def _catch_up(self, conversation_id: str, tried: set[str]) -> Step:
+    def _catch_up(self, conversation_id: str, tried: set[str],
+                  progress: Callable[[int], None] | None = None) -> Step:
         self.weaver.weave_pending(conversation_id)  # events an interruption left unwoven
         failed = [mid for mid, r in self.store.ew_pairs(conversation_id).items() if r["status"] == "failed"]
         if failed:
@@ -98,6 +99,8 @@ class EventWeave(Component):
             for i, m in enumerate(messages):
                 if m.message_id in failed:
                     yield from self.extract(messages[i - 1] if i else None, m)
+                    if progress:
+                        progress(1)
         yield from self.summarise(conversation_id, False, tried)
 
     def extract(self, previous: Message | None, m: Message) -> Step:
@@ -109,7 +112,7 @@ class EventWeave(Component):
         try:
             res = yield JsonRequest(turn_events_prompt(previous, m),
                                     turn_events_schema(cfg.max_events, cfg.max_event_chars, cfg.max_when_chars),
-                                    stage="ew-extract", max_tokens=cfg.max_tokens)
+                                    stage="ew-extract", max_tokens=cfg.max_tokens, about=f"turn {m.message_id}")
         except BackendError as exc:
             self.store.ew_fail_pair(conv, m.message_id, previous_id, f"extraction failed: {exc}")
             return []
@@ -147,7 +150,7 @@ class EventWeave(Component):
             try:
                 res = yield JsonRequest(session_summary_prompt([e.text for e in events[:SUMMARY_EVENTS]], date),
                                         session_summary_schema(cfg.max_summary_chars), stage="ew-summary",
-                                        max_tokens=cfg.summary_max_tokens)
+                                        max_tokens=cfg.summary_max_tokens, about=f"session {session}")
             except BackendError as exc:
                 self.store.ew_save_summary(conversation_id, session, date, "failed", error=f"summary failed: {exc}",
                                            events=len(events))
@@ -181,13 +184,16 @@ class EventWeave(Component):
                 out.append((session, date, events[session]))
         return out
 
-    def todo(self, conversation_id: str) -> int:
-        """Messages not extracted, failed pairs, unwoven events (1 if any), summaries left (as a seal would)."""
+    def pending(self, conversation_id: str) -> int:
+        """Messages whose pair is not extracted yet, or failed (retried, and counted, by the next build step)."""
         pairs = self.store.ew_pairs(conversation_id)
-        pending = sum(m.message_id not in pairs for m in self.store.messages(conversation_id))
-        failed = sum(r["status"] == "failed" for r in pairs.values())
+        return sum(m.message_id not in pairs or pairs[m.message_id]["status"] == "failed"
+                   for m in self.store.messages(conversation_id))
+
+    def todo(self, conversation_id: str) -> int:
+        """Messages not extracted or failed, unwoven events (1 if any), summaries left (as a seal would)."""
         unwoven = self.store.ew_counts(conversation_id)["ew_events_unwoven"] > 0
-        return pending + failed + unwoven + len(self.due(conversation_id, True))
+        return self.pending(conversation_id) + unwoven + len(self.due(conversation_id, True))
 
     # ---- reading --------------------------------------------------------------------------------
     def snapshot(self, conversation_id: str) -> GraphSnapshot:

@@ -8,6 +8,7 @@ from typing import Callable, Collection
 
 from ..index import VectorIndex
 from ..loom import Loom
+from ..profile import indexing
 from ..records import Box
 from ..requests import Step
 from ..retrieval import quoting_texts
@@ -90,14 +91,17 @@ class BoxMemory(Component):
     def sync(self) -> VectorIndex:
         """Bring the box index up to date with the store: every extracted box, indexed once.
 
-        Runs before every search, so it reads only box ids and loads just the boxes the index lacks.
+        Runs before every search, so it reads only box ids and loads just the boxes the index lacks. The time it
+        takes to index boxes counts as the build's `index` stage of their conversations (profile.py).
         """
         idx = self.memory.index("boxes")
         boxes = [self.store.box(i) for i in self.store.box_ids(status="extracted") if i not in idx]
         if boxes:
-            vecs = self.memory.embedder.encode([box_index_text(b) for b in boxes])
-            idx.add([b.id for b in boxes], [b.conversation_id for b in boxes], vecs)
-            idx.save()
+            convs = [b.conversation_id for b in boxes]
+            with indexing(self.store, convs):
+                vecs = self.memory.embedder.encode([box_index_text(b) for b in boxes])
+                idx.add([b.id for b in boxes], convs, vecs)
+                idx.save()
         return idx
 
     def search(self, question: str, k: int, conversation_id: str | None,
