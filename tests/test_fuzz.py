@@ -338,14 +338,19 @@ def read_twice(prop: str, path: Path, conversations=None):
     return got, err
 
 
+def read_file_twice(prop: str, name: str, data: bytes):
+    """Write the case's bytes to a scratch file and read it twice (read_twice): (messages, error)."""
+    with scratch() as d:
+        p = d / name
+        p.write_bytes(data)
+        return read_twice(prop, p)
+
+
 @fuzz(1.0)
 @given(case=jsonl_files())
 def test_jsonl_records(case):
     data, expected = case
-    with scratch() as d:
-        p = d / "messages.jsonl"
-        p.write_bytes(data)
-        got, err = read_twice("jsonl_records", p)
+    got, err = read_file_twice("jsonl_records", "messages.jsonl", data)
     if expected is None:
         expect("jsonl_records", err is None, f"valid file refused: {err}")
         expect("jsonl_records", len(got) == len([l for l in data.splitlines() if l.strip()]), "messages lost")
@@ -665,10 +670,7 @@ def locomo_files(draw, huge=HUGE):
 @given(case=locomo_files())
 def test_locomo_records(case):
     data, expected, order = case
-    with scratch() as d:
-        p = d / "locomo.json"
-        p.write_bytes(data)
-        got, err = read_twice("locomo_records", p)
+    got, err = read_file_twice("locomo_records", "locomo.json", data)
     if expected is None:
         expect("locomo_records", err is None, f"valid file refused: {err}")
         if order is not None:
