@@ -15,6 +15,7 @@ import re
 import socket
 import threading
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -68,7 +69,9 @@ def openai_timing_out():
             class completions:
                 @staticmethod
                 def create(**body):
-                    raise openai.APITimeoutError(request=None)
+                    # openai >= 3.60 reads the request's headers when the error is made (and its HTTP library
+                    # moved from httpx to httpx2): a stand-in request with no headers fits every version
+                    raise openai.APITimeoutError(request=SimpleNamespace(headers={}))
 
     b = OpenAIBackend(LLMConfig(backend="openai", model="m"), client=Client())
     b.retries, b.sleep = 1, lambda s: None
