@@ -60,6 +60,14 @@ class LLMConfig:
     seed: int = 0
     temperature: float = _opt(0.0, lo=0.0, hi=2.0)
     max_retries: int = _opt(1, lo=0, hi=10)  # extra attempts when structured output fails to parse
+    # llama.cpp, JSON: check the model's best token against the grammar first and constrain the whole vocabulary
+    # only when it is refused (the same greedy output; 1.03-1.7x on the JSON stages, benchmarks/json_levers.py);
+    # false: llama-cpp-python's create_completion, which constrains the whole vocabulary at every token
+    grammar_check_first: bool = True
+    # llama.cpp: one instance per stage (extraction, the Weaver's linking, its trace start; at most 3), each keeping
+    # its own instructions in its KV cache between calls; costs one more copy of the weights per stage in memory
+    # (a further 1.3-1.7x on the JSON stages, benchmarks/json_levers.py); false: one instance, instructions read again
+    stage_contexts: bool = True
     # OpenAI-compatible servers
     base_url: str = ""
     # a plain http:// base_url to another machine sends the conversation text (and the key) unencrypted, so it is

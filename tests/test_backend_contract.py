@@ -332,6 +332,97 @@ def test_llamacpp_score_plan_reuses_the_cache_and_asks_logits_only_for_the_conti
         plan([], [1, 2], 2, 512)
 
 
+def test_grammar_greedy_checks_the_best_token_first_and_picks_what_constraining_first_would():
+    import numpy as np
+
+    from membox_local.backends.llamacpp import grammar_greedy
+
+    rng = np.random.default_rng(0)
+    for _ in range(300):
+        logits = rng.normal(size=50).astype(np.float32)
+        allowed = rng.random(50) < rng.choice([0.02, 0.3, 0.9])
+        allowed[rng.integers(50)] = True
+        constrained = np.where(allowed, logits, -np.inf)
+        calls = []
+
+        def constrain(x):
+            calls.append(1)
+            return np.where(allowed, x, -np.inf)
+
+        token = grammar_greedy(logits, lambda t: bool(allowed[t]), constrain)
+        assert token == int(np.argmax(constrained))
+        assert calls == ([] if allowed[int(np.argmax(logits))] else [1])  # the vocabulary only when refused
+    with pytest.raises(BackendError, match="allows no token"):
+        grammar_greedy(np.zeros(4), lambda t: False, lambda x: np.full_like(x, -np.inf))
+
+
+def test_llamacpp_grammar_first_check_writes_what_the_whole_vocabulary_grammar_writes(llamacpp_backend):
+    """The real engine: JSON generated with the grammar checking the best token first is the same text, token
+    for token, as llama-cpp-python's create_completion constraining every token (with the KV cache reused or not)."""
+    import dataclasses
+
+    b, cfg = llamacpp_backend, llamacpp_backend.cfg
+    reqs = [json_req(1), json_req(2), JsonRequest(extract_prompt(MSGS[1:], "2 May 2024"), SCHEMA, "extract", 120)]
+    try:
+        b.cfg = dataclasses.replace(cfg, grammar_check_first=False)
+        whole = b.json_batch(reqs)
+        b.cfg = dataclasses.replace(cfg, grammar_check_first=True)
+        checked = b.json_batch(reqs)
+        again = b.json_batch(reqs[::-1])[::-1]
+    finally:
+        b.cfg = cfg
+    for w, c, a in zip(whole, checked, again):
+        assert isinstance(w, (JsonResult, StructuredOutputError)) and type(c) is type(w) and type(a) is type(w)
+        assert c.raw == w.raw == a.raw and c.raw
+        assert c.usage.completion_tokens == w.usage.completion_tokens
+
+
+def test_llamacpp_stage_contexts_give_each_stage_its_own_instance_up_to_the_cap():
+    pytest.importorskip("llama_cpp")
+    import dataclasses
+
+    from membox_local.backends.llamacpp import MAX_STAGE_CONTEXTS, LlamaCppBackend
+
+    b = LlamaCppBackend.__new__(LlamaCppBackend)  # no engine: instances are plain objects
+    made = []
+    b.llm, b._stage_llms = "main", {}
+    b._make = lambda: made.append(f"ctx{len(made) + 1}") or made[-1]
+    b.cfg = LLMConfig()
+    stages = ["extract", "link", "trace-init", "answer", "extract", "link"]
+    got = [b._context(st) for st in stages]
+    assert MAX_STAGE_CONTEXTS == 3 and got == ["main", "ctx1", "ctx2", "main", "main", "ctx1"] and len(made) == 2
+    b.cfg, b._stage_llms = dataclasses.replace(b.cfg, stage_contexts=False), {}
+    assert {b._context(st) for st in stages} == {"main"} and len(made) == 2
+
+
+def test_llamacpp_stage_contexts_keep_each_stage_instructions_cached(llamacpp_backend):
+    """The real engine: extraction and linking alternate, and each stage's instance still holds its own
+    instructions at the start of its KV cache; the outputs are valid JSON in both settings."""
+    import dataclasses
+
+    from membox_local.prompts import link_prompt, link_schema
+
+    b, cfg = llamacpp_backend, llamacpp_backend.cfg
+    link = JsonRequest(link_prompt("Ann's cat", [("Ann adopted Milo", "1 May")], ["Milo is orange"], "2 May"),
+                       link_schema(1), "link", max_tokens=30)
+    try:
+        b.cfg = dataclasses.replace(cfg, stage_contexts=True)
+        b._stage_llms = {}
+        res = b.json_batch([json_req(1), link, json_req(2), link])
+        ex, ln = b._context("extract"), b._context("link")
+        assert ex is not ln
+        for llm, req in ((ex, json_req(2)), (ln, link)):
+            system = b.prompt_tokens(Prompt(req.prompt.system, ""))[:20]
+            assert list(llm._input_ids[:20]) == system  # the stage's instructions stay cached
+        b.cfg = dataclasses.replace(cfg, stage_contexts=False)
+        res_one = b.json_batch([json_req(1), link, json_req(2), link])
+    finally:
+        b.cfg = cfg
+    for results in (res, res_one):
+        for r, schema in zip(results, [SCHEMA, link.schema, SCHEMA, link.schema]):
+            assert isinstance(r, JsonResult) and validate_json(r.data, schema) == []
+
+
 def test_llamacpp_scores_do_not_depend_on_what_was_scored_before(llamacpp_backend):
     """The scorer reuses the KV cache of the previous request's shared prefix: the same request scores the same
     (to float noise from a different batch split) after any predecessor, and as the exact sum of its tokens."""

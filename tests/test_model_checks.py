@@ -291,13 +291,12 @@ def test_llamacpp_reports_a_failed_generation_as_that_request_failing():
 
     b = LlamaCppBackend.__new__(LlamaCppBackend)  # no model: the call itself fails, as a too long prompt does
     b.cfg = LLMConfig()
-    b.adapter, b._grammars = LlamaCppAdapter(b.cfg), {}
-    b._grammar = lambda key, build: None
+    b.adapter = LlamaCppAdapter(b.cfg)
 
     def too_long(*a, **kw):
         raise ValueError("Requested tokens (5000) exceed context window of 4096")
 
-    b._complete = too_long
+    b._json_complete = too_long
     schema = {"type": "object", "properties": {"topic": {"type": "string", "maxLength": 8}}, "required": ["topic"]}
     res = b.json_batch([JsonRequest(Prompt("s", "u"), schema, "extract")])
     assert isinstance(res[0], BackendError) and "exceed context window" in str(res[0])
