@@ -2,6 +2,7 @@
 Weaver-style link request (as a build alternates them), replayed under each setting, rounds interleaved.
 
     python benchmarks/json_levers.py --store STORE --boxes 6 --rounds 2
+    python benchmarks/json_levers.py --memory        # resident memory with 1, 2, 3 instances (stage contexts)
 
 Settings (config cpu, its model): "before" (llm.grammar_check_first=false llm.stage_contexts=false), grammar
 checked first only, and both levers. One backend per setting is made up front, so each keeps its own KV cache;
@@ -52,15 +53,46 @@ def requests(store: str, n_boxes: int, cfg) -> list[JsonRequest]:
     return out
 
 
+def resident_mb() -> float:
+    with open(f"/proc/{os.getpid()}/status") as fh:
+        return next(int(line.split()[1]) / 1024 for line in fh if line.startswith("VmRSS"))
+
+
+def memory(config: str) -> dict:
+    """This process's resident memory with the config's llama.cpp backend holding 1, 2 and 3 generation instances
+    (`stage_contexts`: a first stage uses the main one, the next two get their own)."""
+    from membox_local.backends.llamacpp import LlamaCppBackend
+
+    b = LlamaCppBackend(load_config(config).llm)
+    try:
+        out = {"instances_1_mb": round(resident_mb())}
+        for n, stage in ((1, "extract"), (2, "link"), (3, "trace-init")):
+            b._context(stage)
+            out[f"instances_{n}_mb"] = round(resident_mb())
+        return out
+    finally:
+        b.close()
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--store", required=True, help="a memory built with the config (its boxes give the prompts)")
+    p.add_argument("--store", help="a memory built with the config (its boxes give the prompts)")
+    p.add_argument("--memory", action="store_true",
+                   help="only measure resident memory per instance and add it to --out as 'memory'")
     p.add_argument("--config", default="cpu")
     p.add_argument("--boxes", type=int, default=6)
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--out", default=str(REPO / "benchmarks/results/json-levers.json"))
     a = p.parse_args(argv)
-
+    if a.memory:
+        out = Path(a.out)
+        result = json.loads(out.read_text()) if out.exists() else {}
+        result["memory"] = {"date": date.today().isoformat(), "config": a.config, **memory(a.config)}
+        out.write_text(json.dumps(result, indent=2))
+        print(json.dumps(result["memory"]))
+        return 0
+    if not a.store:
+        p.error("--store is needed (a memory built with the config)")
     cfgs = {name: load_config(a.config, dict(parse_assignment(x) for x in sets) or None)
             for name, sets in SETTINGS.items()}
     reqs = requests(a.store, a.boxes, cfgs["before"])

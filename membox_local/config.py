@@ -65,7 +65,7 @@ class LLMConfig:
     # false: llama-cpp-python's create_completion, which constrains the whole vocabulary at every token
     grammar_check_first: bool = True
     # llama.cpp: one instance per stage (extraction, the Weaver's linking, its trace start; at most 3), each keeping
-    # its own instructions in its KV cache between calls; costs one more copy of the weights per stage in memory
+    # its own instructions in its KV cache between calls; costs ~590 MB of memory per extra instance (0.5B model)
     # (a further 1.3-1.7x on the JSON stages, benchmarks/json_levers.py); false: one instance, instructions read again
     stage_contexts: bool = True
     # OpenAI-compatible servers

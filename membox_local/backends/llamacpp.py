@@ -34,8 +34,9 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 INSTALL = 'CMAKE_ARGS="-DGGML_NATIVE=OFF" pip install "llama-cpp-python>=0.3.8"  (or: pip install -e ".[cpu]")'
 GGUF_MAGIC = b"GGUF"
-# [llm] stage_contexts: at most this many llama.cpp instances for generation (each holds its own KV cache and,
-# with weights repacked for the CPU, its own copy of them: ~0.4 GB for the 0.5B model, ~1.2 GB for the 1.5B)
+# [llm] stage_contexts: at most this many llama.cpp instances for generation (each holds its own KV cache, compute
+# buffers and weights repacked for the CPU: resident memory 635 MB with one instance of the 0.5B model at n_ctx
+# 4096, 1,224 MB with two, 1,813 MB with three: `python benchmarks/json_levers.py --memory`)
 MAX_STAGE_CONTEXTS = 3
 
 
@@ -64,7 +65,7 @@ def grammar_greedy(logits: np.ndarray, accepts: Callable[[int], bool],
     (one token checked), else the best of what the grammar allows over the whole vocabulary (`constrain` returns
     the logits with refused tokens at -inf). The same token as constraining first, since the best token that the
     grammar accepts is the best allowed one; llama.cpp's own server samples this way. Checking one token instead of
-    ~150,000 (Qwen's vocabulary) per generated token made JSON generation about twice as fast here."""
+    ~150,000 (Qwen's vocabulary) per generated token: 1.03-1.7x on the JSON stages (benchmarks/json_levers.py)."""
     best = int(np.argmax(logits))
     if accepts(best):
         return best
