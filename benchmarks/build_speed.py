@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import tempfile
 from datetime import date
@@ -56,6 +57,10 @@ def main(argv=None) -> int:
     rows = []
     with tempfile.TemporaryDirectory(prefix="membox-speed-") as tmp:
         work = Path(a.workdir or tmp)
+        used = [c for c in a.conversations if (work / c).exists() and any((work / c).iterdir())]
+        if used:
+            p.error(f"--workdir {work}: {used[0]} holds memories already (a build there would resume, not run); "
+                    "give an empty folder")
         for conv in a.conversations:
             msgs = prefix(load_messages(a.data, [conv]), a.sessions)
             rep = compare(cfg_a, cfg_b, msgs, work / conv)
@@ -76,7 +81,7 @@ def main(argv=None) -> int:
         for row in rows:
             with Memory(work / row["conversation"] / "b") as mem:
                 row["profile_after"] = profile(mem.stats(), ceiling)
-    result = {"date": date.today().isoformat(), "machine": f"{platform.machine()}, {__import__('os').cpu_count()} cores",
+    result = {"date": date.today().isoformat(), "machine": f"{platform.machine()}, {os.cpu_count()} cores",
               "config": a.config, "before": a.before, "sessions": a.sessions, "ceiling": ceiling.to_dict(), "rows": rows,
               "total": {"messages": sum(r["messages"] for r in rows), "before_s": sum(r["before_s"] for r in rows),
                         "after_s": sum(r["after_s"] for r in rows)}}
