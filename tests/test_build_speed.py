@@ -1,0 +1,67 @@
+"""The build-speed scripts' own logic (benchmarks/build_speed.py, benchmarks/json_levers.py), on test doubles: the
+session prefix, the replayed requests (extraction, then a link request, alternating, each valid for its schema's
+bounds), the refusal of a used work folder, and the Markdown table. The levers themselves are tested on the real
+engine in tests/test_backend_contract.py."""
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from membox_local.ingest import load_jsonl
+from membox_local.records import Message
+
+from conftest import DEMO
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def script(name: str):
+    spec = importlib.util.spec_from_file_location(name, REPO / "benchmarks" / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_prefix_keeps_the_first_sessions_in_the_order_they_appear():
+    prefix = script("build_speed").prefix
+    msgs = [Message("c", str(i), "A", "x", session=s) for i, s in enumerate(["2", "2", "10", "1", "10", "3"])]
+    assert [m.message_id for m in prefix(msgs, 2)] == ["0", "1", "2", "4"]  # sessions "2" and "10", as they came
+    assert prefix(msgs, 0) == msgs
+
+
+def test_build_speed_refuses_a_work_folder_that_holds_memories(tmp_path, capsys):
+    (tmp_path / "conv-26").mkdir()
+    (tmp_path / "conv-26" / "memory.db").write_text("")
+    with pytest.raises(SystemExit):
+        script("build_speed").main(["--workdir", str(tmp_path), "--conversations", "conv-26"])
+    assert "holds memories already" in capsys.readouterr().err
+
+
+def test_json_levers_replays_extractions_each_followed_by_a_link(memory):
+    from membox_local.backends.base import validate_json
+
+    memory.add(load_jsonl(DEMO), seal=True)
+    path = memory.path
+    memory.close()
+    levers = script("json_levers")
+    reqs = levers.requests(str(path), 3, memory.config)
+    assert [r.stage for r in reqs] == ["extract", "extract", "link", "extract", "link"]
+    for r in reqs:
+        assert r.max_tokens > 0 and r.prompt.system and r.prompt.user
+    link = reqs[2]
+    n_new = link.prompt.user.split("New events")[1].count("\n") - 2  # the numbered lines
+    assert validate_json({"continues": list(range(1, n_new + 1))}, link.schema) == []
+    assert validate_json({"continues": [n_new + 1]}, link.schema) != []  # only the numbers it showed
+
+
+def test_build_speed_markdown_reports_each_conversation_and_the_ratio():
+    md = script("build_speed").markdown({
+        "date": "2026-12-03", "machine": "x86_64, 2 cores", "config": "cpu", "before": ["llm.stage_contexts=false"],
+        "rows": [{"conversation": "conv-26", "messages": 58, "before_s": 500.0, "after_s": 250.0,
+                  "before_msg_per_s": 0.116, "after_msg_per_s": 0.232, "ratio": 2.0, "labels": {"agreement": 1.0},
+                  "segmentation": {"pk": 0.0}, "extraction": {"event_jaccard": 0.9}, "failed_boxes": {"A": 0, "B": 1}}],
+        "total": {"messages": 58, "before_s": 500.0, "after_s": 250.0, "ratio": 2.0}})
+    assert "| conv-26 | 58 | 500 | 250 | 0.116 | 0.232 | 2.0 | 1.0 | 0.0 | 0.9 | 0/1 |" in md
+    assert "**2.0**" in md and "before = llm.stage_contexts=false" in md
