@@ -339,14 +339,14 @@ def cmd_export(args) -> int:
 
 def cmd_import(args) -> int:
     """Read an export file in full, then write it into an empty memory folder (created if missing)."""
-    from .exchange import import_export, read_export
+    from .exchange import export_config, import_export, read_export
     from .memory import Memory
 
     with _progress(args, None, "import", unit="line") as bar:
         bar.describe(f"checking {args.file}")
         export = read_export(args.file, progress=bar.update)  # every line checked before the memory folder is opened
         bar.describe(f"writing into {args.store}")
-        with Memory(args.store, args.config) as mem:
+        with Memory(args.store, args.config or export_config(export)) as mem:
             counts = import_export(mem, export)
     _print_moved(f"{args.store}: imported", counts)
     return 0
@@ -463,7 +463,8 @@ def build_parser() -> argparse.ArgumentParser:
     i = sub.add_parser("import", help="load an export file into an empty memory folder")
     i.add_argument("store", help="memory folder (created if missing; must hold no messages)")
     i.add_argument("file", help="a file written by `membox export`")
-    i.add_argument("--config", help="the config the memory was built with (default: cpu)")
+    i.add_argument("--config", help="the config the memory was built with (default: the one the export file "
+                                    "carries; cpu for a file without one)")
     i.add_argument("--quiet", action="store_true", help="no progress bar (for scripts)")
     i.set_defaults(func=cmd_import)
 

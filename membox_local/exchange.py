@@ -2,8 +2,12 @@
 
 One JSON object per line. The first is the header:
 
-    {"format": "membox_local export", "version": 1, "systems": ["membox"], "embedder": "all-minilm-l6-v2",
-     "llm": "qwen2.5-coder-0.5b", "build_settings": {...}, "counts": {"conversations": 1, "messages": 40, ...}}
+    {"format": "membox_local export", "version": 2, "systems": ["membox"], "embedder": "all-minilm-l6-v2",
+     "llm": "qwen2.5-coder-0.5b", "build_settings": {...}, "config": {...},
+     "counts": {"conversations": 1, "messages": 40, ...}}
+
+`config` (from version 2) is the config the memory was built with (its stored snapshot, every key; null for a
+memory built before configs were stored): `membox import` opens the new memory with it unless given --config.
 
 then, conversation after conversation (in id order): its messages in their order, its boxes, its traces:
 
@@ -36,13 +40,14 @@ from pathlib import Path
 from typing import Any, Callable, TextIO
 
 from .ingest import InputError, message_from_record, read_jsonl
-from .memory import Memory
+from .config import Config, ConfigError, config_from_dict
+from .memory import CONFIG_KEY, Memory
 from .private import private_open
 from .records import Trace
 from .store import Store, StoreError, built_systems
 
 FORMAT = "membox_local export"
-VERSION = 1
+VERSION = 2  # 2: the header carries the memory's config; version 1 files (without it) are read too
 SYSTEMS = ["membox"]  # the memory systems an export carries (the box memory's boxes, records and traces)
 COUNTS = ("conversations", "messages", "boxes", "traces")
 LINE_TYPES = {"message": "messages", "box": "boxes", "trace": "traces"}  # a line's type -> its count in the header
@@ -105,8 +110,10 @@ def _header_of(store: Store) -> dict[str, Any]:
     if settings is None:
         raise StoreError(f"{store.path.parent}: nothing was built in this memory, there is nothing to export")
     settings = json.loads(settings)
+    snapshot = store.get_meta(CONFIG_KEY)
     return {"format": FORMAT, "version": VERSION, "systems": systems, "embedder": store.get_meta("embedder"),
-            "llm": settings.get("llm.model"), "build_settings": settings, "counts": {}}
+            "llm": settings.get("llm.model"), "build_settings": settings,
+            "config": None if snapshot is None else json.loads(snapshot), "counts": {}}
 
 
 def _conversation_lines(store: Store, conversation_id: str) -> list[dict]:
@@ -226,7 +233,14 @@ def _check_header(rec: object, where: str) -> dict[str, Any]:
             "build_settings": (lambda v: isinstance(v, dict), "an object"),
             "counts": (lambda v: isinstance(v, dict) and set(v) == set(COUNTS) and all(SEQ[0](x) for x in v.values()),
                        f"an object of counts ({', '.join(COUNTS)})")}
+    if version >= 2:
+        spec["config"] = (lambda v: v is None or isinstance(v, dict), "an object or null")
     _check_fields(rec, spec, where, "header")
+    if rec.get("config") is not None:
+        try:
+            config_from_dict(rec["config"], where=f"{where}: header field 'config'")
+        except ConfigError as exc:
+            raise InputError(str(exc)) from None
     if rec["llm"] != rec["build_settings"].get("llm.model"):
         raise InputError(f"{where}: header field 'llm' ({rec['llm']!r:.80}) is not the build settings' llm.model "
                          f"({rec['build_settings'].get('llm.model')!r:.80})")
@@ -299,6 +313,13 @@ def _check_counts(export: Export) -> None:
 
 
 # ---- import ----------------------------------------------------------------------------------------------------------
+def export_config(export: Export) -> Config | None:
+    """The config the exported memory was built with (the header's, checked when read); None when the file has
+    none (version 1, or a memory built before configs were stored)."""
+    data = export.header.get("config")
+    return None if data is None else config_from_dict(data, where=f"{export.source}: header field 'config'")
+
+
 def import_export(mem: Memory, export: Export) -> dict[str, int]:
     """Write a checked export (read_export) into an empty memory, in one transaction, holding its write lock.
     Refused, with nothing written: a memory holding messages or boxes, a config whose systems, embedder or build

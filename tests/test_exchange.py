@@ -117,10 +117,21 @@ def test_the_command_line_exports_and_imports(tmp_path, cfg, source, capsys):
     assert (tmp_path / "m.jsonl").read_text() == want
     capsys.readouterr()
 
-    assert main(["import", str(tmp_path / "copy"), str(tmp_path / "m.jsonl"), "--config", str(cfg_path)]) == 0
+    # without --config the import opens the new memory with the config the file carries: the same file back
+    assert main(["import", str(tmp_path / "copy"), str(tmp_path / "m.jsonl")]) == 0
     assert "imported 45 message(s)" in capsys.readouterr().err
     with open_memory(tmp_path / "copy", cfg) as copy:
         assert exported(copy.store) == want
+    # with --config, that config becomes the memory's own: only the header's config differs
+    assert main(["import", str(tmp_path / "copy2"), str(tmp_path / "m.jsonl"), "--config", str(cfg_path)]) == 0
+    with open_memory(tmp_path / "copy2", cfg) as copy:
+        got = exported(copy.store).splitlines()
+    header, header_want = json.loads(got[0]), json.loads(want.splitlines()[0])
+    assert header["config"]["source"] == str(cfg_path) and header_want["config"]["source"] != str(cfg_path)
+    for h in (header, header_want):
+        h["config"].pop("source"), h["config"].pop("name")
+    assert header == header_want and got[1:] == want.splitlines()[1:]
+    capsys.readouterr()
     assert main(["import", str(tmp_path / "copy"), str(tmp_path / "m.jsonl"), "--config", str(cfg_path),
                  "--quiet"]) == 2
     err = capsys.readouterr().err.strip().splitlines()  # --quiet: no progress bar, the error line alone
@@ -169,6 +180,23 @@ def test_a_bad_line_is_named_and_nothing_is_written(tmp_path, cfg, source, what,
     assert "\n" not in str(exc.value)
     assert main(["import", str(tmp_path / "new"), str(path)]) == 2  # refused before the folder is made
     assert not (tmp_path / "new").exists()
+
+
+def test_the_header_carries_the_config_and_version_1_files_still_read(tmp_path, source):
+    from membox_local.exchange import export_config
+
+    path = tmp_path / "m.jsonl"
+    export_to_file(source.store, path)
+    cfg = export_config(read_export(path))
+    assert cfg is not None and cfg.to_dict() == source.config.to_dict()  # every key, as the memory stored it
+    corrupt(path, 1, lambda r: r["config"]["loom"].update(no_such_key=1))
+    with pytest.raises(InputError, match=r"m\.jsonl line 1: header field 'config'.*no_such_key"):
+        read_export(path)
+    corrupt(path, 1, lambda r: (r.pop("config"), r.update(version=1)))  # a file written before version 2
+    assert export_config(read_export(path)) is None
+    corrupt(path, 1, lambda r: r.update(config=None))  # version 1 has no such field
+    with pytest.raises(InputError, match="unknown fields config"):
+        read_export(path)
 
 
 def test_cut_files_and_other_formats_are_refused(tmp_path, source):
