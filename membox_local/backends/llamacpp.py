@@ -252,7 +252,7 @@ class LlamaCppBackend(Backend):
         return choice["text"], Usage("", u["prompt_tokens"], u["completion_tokens"]), choice.get("finish_reason") or ""
 
     def _json_complete(self, prompt: Prompt, max_tokens: int, key: str, schema: dict,
-                       stage: str = "") -> tuple[str, Usage, str]:
+                       stage: str) -> tuple[str, Usage, str]:
         """One JSON generation under the schema's grammar: grammar-first checking (our loop) or llama-cpp-python's
         create_completion, which applies the grammar to the whole vocabulary at every token."""
         llm = self._context(stage)
