@@ -309,3 +309,28 @@ def test_run_overrides_keep_the_build_and_change_what_is_shown(tmp_path, data):
     run(_settings(tmp_path, data, **base, out=str(tmp_path / "off"), overrides={"retrieve.resolve_dates": False}),
         backend=FakeBackend(), embedder=FakeEmbedder(), progress=False)
     assert (tmp_path / "builds" / "cpu" / "tiny").is_dir() and len(list((tmp_path / "builds").iterdir())) == 1
+
+
+def test_boxes_only_builds_the_other_systems_in_full_on_the_same_boxes(tmp_path, data):
+    """--boxes-only with the eventweave config: boxes without box records, the event graph built in full, so the
+    event-graph modes and box-hits run side by side on the same boxes (no box extraction, no Weaver)."""
+    backend = FakeBackend()
+    s = run(_settings(tmp_path, data, config="eventweave", qa=False, modes=[], build=False, boxes_only=True),
+            backend=backend, embedder=FakeEmbedder(), progress=False)
+    assert {"box-hits", "event-graph", "event-graph-boxes", "turn-rag"} <= set(s["modes"])
+    assert "compact" not in s["modes"] and "trace" not in s["modes"]
+    stages = {stage for stage, _ in backend.calls}
+    assert "ew-extract" in stages and not stages & {"extract", "link", "trace-init"}
+    assert sum(stage == "ew-extract" for stage, _ in backend.calls) == 11  # one call per message
+    recs = _lines(tmp_path)
+    assert {r["mode"] for r in recs} == set(s["modes"])
+    assert all(r["recall"] for r in recs if r["mode"].startswith("event-graph"))
+    # a second run reuses both builds: no model call at all
+    again = FakeBackend()
+    run(_settings(tmp_path, data, config="eventweave", qa=False, modes=[], build=False, boxes_only=True),
+        backend=again, embedder=FakeEmbedder(), progress=False)
+    assert [c for c in again.calls if c[0] != "score"] == []
+    with pytest.raises(InputError, match="need a built memory"):
+        run(_settings(tmp_path, data, config="eventweave", qa=False, modes=["compact"], build=False,
+                      boxes_only=True, out=str(tmp_path / "run2")), backend=backend, embedder=FakeEmbedder(),
+            progress=False)

@@ -192,15 +192,35 @@ def open_build(conv: str, messages: list[Message], cfg: Config, builds: str | Pa
             mem.sync()
         else:
             mem.store.add_messages(messages)
-            if boxes_only and mem.store.pending_messages(conv):
-                from ..loom import file_into_boxes
-
-                _lock_build(mem)
-                file_into_boxes(mem, conv)
+            if boxes_only:
+                _boxes_and_other_systems(mem, conv, progress)
     except BaseException:
         mem.close()
         raise
     return mem
+
+
+def _boxes_and_other_systems(mem, conv: str, progress: bool = True) -> None:
+    """--boxes-only: the box memory files the messages into sealed boxes and extracts none; every other system
+    of the config (eventweave) is built in full, so its modes run on the same boxes as box-hits."""
+    from ..execution.progress import Bar
+    from ..loom import file_into_boxes
+
+    others = [c for c in mem.components if c.name != "membox"]
+    if not mem.store.pending_messages(conv) and not any(c.todo(conv) for c in others):
+        return
+    _lock_build(mem)
+    if mem.store.pending_messages(conv):
+        file_into_boxes(mem, conv)
+    for comp in others:
+        todo = comp.todo(conv)
+        if not todo:
+            continue
+        t0 = time.time()
+        with Bar(todo, f"{conv} {comp.name}", quiet=not progress) as bar:
+            mem.driver(bar.describe).drive(comp.build_step(conv, True, bar.update), conv)
+        wall = float(mem.store.get_meta("build_wall_s", "0")) + time.time() - t0
+        mem.store.set_meta("build_wall_s", f"{wall:.2f}")
 
 
 def _build(mem, conv: str, messages: list[Message], progress: bool = True) -> None:
@@ -322,6 +342,8 @@ def resolve(settings: Settings, cfg: Config) -> Settings:
             return [m for m, r in RETRIEVERS.items() if r.needs in needs]
 
         allowed = modes(("messages", "boxes") if s.boxes_only else ("messages",))
+        if s.boxes_only:  # the config's other systems are built in full (_boxes_and_other_systems)
+            allowed += [m for n in cfg.memory.systems if n != "membox" for m in SYSTEMS[n].modes]
         s.modes = settings.modes or allowed
         need_boxes = [m for m in s.modes if m not in allowed]
         if need_boxes:
@@ -636,8 +658,9 @@ def add_parser(subparsers) -> None:
     p.add_argument("--sessions", type=int, default=0,
                    help="only the first N sessions of each conversation, and the questions whose evidence is there")
     p.add_argument("--boxes-only", action="store_true",
-                   help="file messages into boxes with the config's judge but extract nothing (no language model "
-                        "with the embedding or hybrid judge): baseline modes and box-hits")
+                   help="file messages into boxes with the config's judge but extract no box records (no language "
+                        "model with the embedding or hybrid judge): baseline modes and box-hits; the config's other "
+                        "memory systems (eventweave) are built in full, and their modes run on the same boxes")
     p.add_argument("--no-build", action="store_true",
                    help="store messages only, no language model: baseline modes (turn-rag, chunk-rag, full-context)")
     p.add_argument("--answer-models", nargs="*", default=[],
