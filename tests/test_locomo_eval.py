@@ -334,3 +334,31 @@ def test_boxes_only_builds_the_other_systems_in_full_on_the_same_boxes(tmp_path,
         run(_settings(tmp_path, data, config="eventweave", qa=False, modes=["compact"], build=False,
                       boxes_only=True, out=str(tmp_path / "run2")), backend=backend, embedder=FakeEmbedder(),
             progress=False)
+
+
+def test_fit_eventweave_runs_the_grid_on_the_builds_and_chooses_the_best(tmp_path, data):
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location(
+        "fit_eventweave", Path(__file__).resolve().parent.parent / "benchmarks" / "fit_eventweave.py")
+    fit = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fit)
+    run(_settings(tmp_path, data, config="eventweave", qa=False, modes=["event-graph"], build=False,
+                  boxes_only=True), backend=FakeBackend(), embedder=FakeEmbedder(), progress=False)
+    saved = tmp_path / "fit.json"
+    assert fit.main(["--data", str(data), "--conversations", "tiny", "--builds", str(tmp_path / "builds"),
+                     "--recency", "0", "0.5", "--pagerank", "0", "1", "--half-life", "2", "8",
+                     "--budgets", "30", "120", "--out", str(tmp_path / "grid"), "--save", str(saved)],
+                    embedder=FakeEmbedder()) == 0
+    got = json.loads(saved.read_text())
+    # half lives only vary where recency counts: 2 points without it, 2 x 2 with it
+    assert len(got["grid"]) == 6 and got["chosen"] in got["grid"]
+    assert all(set(p["recall"]["event-graph"]) == {"budget=30", "budget=120"} for p in got["grid"])
+    # ties go to the smaller weights
+    flat = {"budget=30": 0.5}
+    pts = [{"recency_weight": r, "pagerank_weight": p, "half_life": 4.0, "recall": {"m": flat}}
+           for r, p in [(1.0, 0.0), (0.0, 0.0), (0.0, 0.3)]]
+    assert fit.choose(pts, "m") is pts[1]
+    pts[2]["recall"]["m"] = {"budget=30": 0.6}
+    assert fit.choose(pts, "m") is pts[2]
