@@ -630,3 +630,32 @@ def test_the_demo_on_the_real_cpu_stack(tmp_path):
         ctx = mem.context("Which race did Maya sign up for?", budget_tokens=300)
         assert ctx.tokens <= 300
 
+
+
+@pytest.mark.parametrize("mode", ["event-graph", "event-graph-boxes"])
+def test_backtracking_removes_connections_from_what_retrieval_reads_not_from_the_store(ew, mode):
+    from membox_local.evaluation.backtracking import backtracking, connections, remove_connections
+
+    ew.add(script_messages(), seal=True)
+    graph = networkx_graph(ew.store, CONV, ranking=True)
+    pairs = connections(graph)
+    reduced, removed = remove_connections(graph, 0.5, seed=3)
+    assert len(removed) == round(0.5 * len(pairs)) and remove_connections(graph, 0.5, seed=3)[1] == removed
+    assert all(not reduced.has_edge(a, b) and not reduced.has_edge(b, a) for a, b in removed)
+    assert len(connections(reduced)) == len(pairs) - len(removed)
+    edges = len(ew.store.ew_edges(CONV))
+    questions = [{"qid": i, "question": q, "evidence": ev} for i, (q, ev) in enumerate([
+        ("What is the name of Ana's cat?", ["m0"]), ("Where did Ben run a marathon?", ["m7"]),
+        ("What did Ana say?", []), ("How fast was Ben?", ["m7", "m8"])])]
+    cfg = ew.config.eventweave
+    cfg.pagerank_weight = 0.0  # retrieval reads the edges only through PageRank: nothing can change
+    rows = backtracking(ew, CONV, questions, shares=(0.0, 0.5, 1.0), seeds=(0, 1), budget=60, mode=mode)
+    assert [(r.share, r.seed) for r in rows] == [(s, d) for s in (0.0, 0.5, 1.0) for d in (0, 1)]
+    assert rows[0].removed == 0 and rows[0].questions == 0  # nothing removed: no question is about a removal
+    full = rows[-1]
+    assert full.removed == full.connections == len(pairs) and full.questions == 3  # the one without evidence: out
+    assert all(p["intact"] == p["removed"] for r in rows for p in r.per_question)
+    cfg.relevance_weight, cfg.recency_weight, cfg.pagerank_weight = 0.0, 0.0, 1.0  # PageRank alone decides
+    rows = backtracking(ew, CONV, questions, shares=(1.0,), budget=60, mode=mode)
+    assert rows[0].questions == 3 and rows[0].recall_intact is not None
+    assert len(ew.store.ew_edges(CONV)) == edges  # the stored graph is untouched

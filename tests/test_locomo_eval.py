@@ -362,3 +362,29 @@ def test_fit_eventweave_runs_the_grid_on_the_builds_and_chooses_the_best(tmp_pat
     assert fit.choose(pts, "m") is pts[1]
     pts[2]["recall"]["m"] = {"budget=30": 0.6}
     assert fit.choose(pts, "m") is pts[2]
+
+
+def test_eventweave_backtracking_script_measures_the_builds_without_changing_them(tmp_path, data):
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location(
+        "eventweave_backtracking", Path(__file__).resolve().parent.parent / "benchmarks" / "eventweave_backtracking.py")
+    bt = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bt)
+    args = ["--data", str(data), "--conversations", "tiny", "--builds", str(tmp_path / "builds"), "--budget", "60"]
+    with pytest.raises(SystemExit, match="no build of tiny"):
+        bt.main(args, embedder=FakeEmbedder())
+    run(_settings(tmp_path, data, config="eventweave", qa=False, modes=["event-graph"], build=False,
+                  boxes_only=True), backend=FakeBackend(), embedder=FakeEmbedder(), progress=False)
+    db = tmp_path / "builds" / "eventweave" / "tiny" / "memory.db"
+    before = db.read_bytes()
+    saved = tmp_path / "bt.json"
+    assert bt.main(args + ["--pagerank", "0", "1", "--shares", "0.5", "1", "--seeds", "0", "1",
+                           "--save", str(saved)], embedder=FakeEmbedder()) == 0
+    got = json.loads(saved.read_text())
+    assert len(got["rows"]) == 2 * 2 * 2 and len(got["table"]) == 2 + 2 * 2
+    assert all(p["intact"] == p["removed"] for r in got["rows"] if r["pagerank_weight"] == 0
+               for p in r["per_question"])
+    assert not any(q.get("question", "") in json.dumps(got) for q in QA)  # ids only: no dataset text
+    assert db.read_bytes() == before
