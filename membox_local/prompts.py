@@ -238,3 +238,23 @@ ANSWER_SYSTEM = (
 
 def answer_prompt(context: str, question: str) -> Prompt:
     return Prompt(ANSWER_SYSTEM, f"Memory:\n{context}\n\nQuestion: {question}\nShort answer:")
+
+
+# The next turn of a conversation (EventWeave's own task; evaluation/next_turn.py), with or without memory of the
+# earlier sessions.
+NEXT_TURN_SYSTEM = (
+    "You continue a chat between two friends. Write the next message of the person named at the end: one or two "
+    "sentences in their own voice, replying to what was just said. Write only that message."
+)
+NEXT_TURN_MEMORY = (
+    " Notes from their earlier chats are given; use what fits, and never invent facts about them."
+)
+
+
+def next_turn_prompt(recent: str, speaker: str, memory: str = "") -> Prompt:
+    """`recent`: the last turns of the session, one "Speaker: text" line each; `memory`: a retrieved context
+    ("" none)."""
+    if memory:
+        return Prompt(NEXT_TURN_SYSTEM + NEXT_TURN_MEMORY,
+                      f"Notes from earlier chats:\n{memory}\n\nThe chat now:\n{recent}\n{speaker}:")
+    return Prompt(NEXT_TURN_SYSTEM, f"The chat now:\n{recent}\n{speaker}:")

@@ -659,3 +659,37 @@ def test_backtracking_removes_connections_from_what_retrieval_reads_not_from_the
     rows = backtracking(ew, CONV, questions, shares=(1.0,), budget=60, mode=mode)
     assert rows[0].questions == 3 and rows[0].recall_intact is not None
     assert len(ew.store.ew_edges(CONV)) == edges  # the stored graph is untouched
+
+
+def test_next_turn_targets_and_a_memory_of_earlier_turns_only(ew):
+    from membox_local.evaluation.next_turn import corpus_bleu, generate, sample_targets, scores
+
+    msgs = script_messages()
+    ew.add(msgs, seal=True)
+    stored = ew.store.messages(CONV)
+    targets = sample_targets(stored, n=10, recent=2, min_recent=1)
+    # later sessions only, each with its session's turns before it
+    assert [t.message.message_id for t in targets] == ["m5", "m6", "m8"]
+    assert [m.message_id for m in targets[1].recent] == ["m4", "m5"]
+    assert [t.message.message_id for t in sample_targets(stored, n=2, recent=2, min_recent=1)] == ["m5", "m6"]
+    backend = FakeBackend()
+    recs = generate(ew, CONV, targets, backend, budget=200)
+    assert [(r["message_id"], r["condition"]) for r in recs] == [
+        (m, c) for m in ("m5", "m6", "m8") for c in ("none", "event-graph")]
+    prompts = [user for stage, user in backend.calls if stage == "next-turn"]
+    assert len(prompts) == 6 and all(p.rstrip().endswith(":") for p in prompts)
+    with_memory = dict(zip([(r["message_id"], r["condition"]) for r in recs], prompts))
+    # the memory for m8 (session 3) holds session 1-2 events, never session 3's marathon result
+    assert "Notes from earlier chats" in with_memory[("m8", "event-graph")]
+    assert "four hours" not in with_memory[("m8", "event-graph")].split("The chat now:")[0]
+    assert "Notes" not in with_memory[("m8", "none")]
+    # for m5 the memory is session 1 only: the cat going missing (m4, shown as a recent turn) is not in the notes
+    assert "missing" not in with_memory[("m5", "event-graph")].split("The chat now:")[0]
+    assert all(r["memory_tokens"] > 0 for r in recs if r["condition"] == "event-graph")
+    assert all(0 <= r["bleu4"] <= 100 and 0 <= r["rougeL"] <= 100 for r in recs)
+    same = scores("Ben ran the marathon in four hours", "Ben ran the marathon in four hours")
+    assert same == {"bleu4": pytest.approx(100.0), "rougeL": pytest.approx(100.0)}
+    assert scores("cats", "the weather is nice today")["rougeL"] == 0.0
+    assert corpus_bleu(["a b c d e"], ["a b c d e"]) == pytest.approx(100.0)
+    with pytest.raises(ValueError, match="only 'none' and 'event-graph'"):
+        generate(ew, CONV, targets, backend, conditions=("event-graph-boxes",))

@@ -388,3 +388,29 @@ def test_eventweave_backtracking_script_measures_the_builds_without_changing_the
                for p in r["per_question"])
     assert not any(q.get("question", "") in json.dumps(got) for q in QA)  # ids only: no dataset text
     assert db.read_bytes() == before
+
+
+def test_next_turn_script_generates_both_conditions_resumes_and_saves_no_text(tmp_path, data):
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location(
+        "next_turn", Path(__file__).resolve().parent.parent / "benchmarks" / "next_turn.py")
+    nt = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(nt)
+    run(_settings(tmp_path, data, config="eventweave", qa=False, modes=["event-graph"], build=False,
+                  boxes_only=True), backend=FakeBackend(), embedder=FakeEmbedder(), progress=False)
+    saved, recs = tmp_path / "nt.json", tmp_path / "nt.jsonl"
+    args = ["--data", str(data), "--conversations", "tiny", "--builds", str(tmp_path / "builds"), "--turns", "2",
+            "--recent", "3", "--records", str(recs), "--save", str(saved)]
+    backend = FakeBackend()
+    assert nt.main(args, embedder=FakeEmbedder(), backend=backend) == 0
+    got = json.loads(saved.read_text())
+    assert [(r["message_id"], r["condition"]) for r in got["records"]] == [
+        (m, c) for m in ("D2:3", "D2:4") for c in ("none", "event-graph")]
+    assert len(got["table"]) == 4 and sum(s == "next-turn" for s, _ in backend.calls) == 4
+    text = json.dumps(got)
+    assert not any(t in text for _, t in SESSION_1 + SESSION_2)  # no turn text in the committed file
+    again = FakeBackend()
+    assert nt.main(args, embedder=FakeEmbedder(), backend=again) == 0
+    assert again.calls == [] and len(recs.read_text().splitlines()) == 4  # resumed: nothing generated twice

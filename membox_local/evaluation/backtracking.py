@@ -12,7 +12,7 @@ structure carries.
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Sequence
 
 from .locomo import FILL_K, evidence_recall
@@ -59,7 +59,6 @@ def backtracking(memory, conversation_id: str, questions: Sequence[dict], shares
     retriever = make_retriever(mode, memory)
     ranker = getattr(retriever, "events", retriever)  # event-graph-boxes ranks with an event-graph retriever
     snap = ranker.snapshot(conversation_id)
-    intact_pagerank = dict(snap.pagerank)
     graph = networkx_graph(memory.store, conversation_id, ranking=True)
     sources: dict[str, set[str]] = {}  # graph node -> message ids of its events' source turns
     for e in snap.events:
@@ -73,22 +72,19 @@ def backtracking(memory, conversation_id: str, questions: Sequence[dict], shares
     asked = [q for q in questions if q["evidence"]]
     intact = {q["qid"]: recall(q) for q in asked}
     rows = []
-    try:
-        for share in shares:
-            for seed in seeds:
-                reduced, removed = remove_connections(graph, share, seed)
-                around = {m for pair in removed for node in pair for m in sources.get(node, ())}
-                about = [q for q in asked if around & set(q["evidence"])]
-                ranks = nx.pagerank(reduced, alpha=damping, weight="weight") if reduced.number_of_nodes() else {}
-                snap.pagerank = {int(k[1:]): v for k, v in ranks.items() if k.startswith("n")}
+    for share in shares:
+        for seed in seeds:
+            reduced, removed = remove_connections(graph, share, seed)
+            around = {m for pair in removed for node in pair for m in sources.get(node, ())}
+            about = [q for q in asked if around & set(q["evidence"])]
+            ranks = nx.pagerank(reduced, alpha=damping, weight="weight") if reduced.number_of_nodes() else {}
+            cut = replace(snap, pagerank={int(k[1:]): v for k, v in ranks.items() if k.startswith("n")})
+            with ranker.reading(conversation_id, cut):
                 after = {q["qid"]: recall(q) for q in about}
-                snap.pagerank = intact_pagerank
-                per = [{"qid": q["qid"], "intact": intact[q["qid"]], "removed": after[q["qid"]]} for q in about]
-                rows.append(BacktrackingRow(share, seed, len(removed), len(connections(graph)), len(about),
-                                            _mean([p["intact"] for p in per]), _mean([p["removed"] for p in per]),
-                                            per))
-    finally:
-        snap.pagerank = intact_pagerank
+            per = [{"qid": q["qid"], "intact": intact[q["qid"]], "removed": after[q["qid"]]} for q in about]
+            rows.append(BacktrackingRow(share, seed, len(removed), len(connections(graph)), len(about),
+                                        _mean([p["intact"] for p in per]), _mean([p["removed"] for p in per]),
+                                        per))
     return rows
 
 

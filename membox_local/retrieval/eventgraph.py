@@ -23,6 +23,7 @@ of them and keep the best evidence recall (README, "EventWeave"):
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Hashable, Sequence
 
 import numpy as np
@@ -113,6 +114,17 @@ class EventGraphRetriever(Retriever):
         if conversation_id not in self._snaps:
             self._snaps[conversation_id] = self.system.snapshot(conversation_id)
         return self._snaps[conversation_id]
+
+    @contextmanager
+    def reading(self, conversation_id: str, snap: "GraphSnapshot"):
+        """Retrieve from `snap` in place of the conversation's graph inside the block (a part of it: what was
+        known at a time, or the graph with edges removed; evaluation/next_turn.py, evaluation/backtracking.py)."""
+        whole = self.snapshot(conversation_id)
+        self._snaps[conversation_id] = snap
+        try:
+            yield
+        finally:
+            self._snaps[conversation_id] = whole
 
     def rank(self, question: str, conversation_id: str | None) -> list[tuple["GraphEvent", float]]:
         """Every event of the conversation (None: of every one) with its score, best first."""
