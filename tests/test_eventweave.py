@@ -629,6 +629,13 @@ def test_the_demo_on_the_real_cpu_stack(tmp_path):
             assert nx.is_connected(networkx_graph(mem.store, conv).to_undirected())
         ctx = mem.context("Which race did Maya sign up for?", budget_tokens=300)
         assert ctx.tokens <= 300
+        # the next-turn task on the real model: both conditions generated and scored
+        from membox_local.evaluation.next_turn import generate, sample_targets
+
+        targets = sample_targets(mem.store.messages(conv), 1)
+        recs = generate(mem, conv, targets, mem.answer_backend, budget=200, max_tokens=24)
+        assert [r["condition"] for r in recs] == ["none", "event-graph"]
+        assert all(0 <= r["bleu4"] <= 100 and 0 <= r["rougeL"] <= 100 and r["seconds"] > 0 for r in recs)
 
 
 

@@ -8,9 +8,8 @@ Every event in the graph gets  score = w1 recency + w2 relevance + w3 PageRank  
 - PageRank of the event's node over the graph (summary nodes included), transitions in proportion to edge
   weight (the edges' strength), divided by the largest so that it lies in 0..1.
 The weights are `[eventweave] recency_weight, relevance_weight, pagerank_weight`: fixed values in place of the
-paper's MLP that sets them per dialogue state. To fit them on dev questions, run the LoCoMo evaluation over a grid
-of them and keep the best evidence recall (README, "EventWeave"):
-    membox eval locomo --config eventweave --modes event-graph --no-qa --set eventweave.recency_weight=0.3 ...
+paper's MLP that sets them per dialogue state, fitted on dev questions by a grid of LoCoMo evaluations that keeps
+the best evidence recall (benchmarks/fit_eventweave.py; README, "EventWeave").
 
 - `event-graph`: the top k events, best first, each shown with its source turns (the turn before and the new
   turn) while they fit the budget (a pair that does not fit is tried with the new turn alone). The context is a
