@@ -53,7 +53,37 @@ class MessageIn(Strict):
         return self.model_dump(exclude_none=True)
 
 
-Messages = Annotated[list[MessageIn], Field(min_length=1, max_length=MAX_MESSAGES)]
+class ChatMessageIn(Strict):
+    """One message in the OpenAI / mem0 chat shape (ingest.from_chat_shape): `name`, else `role`, is the speaker;
+    `timestamp` (a date string, or seconds since 1970) the session date, and its day the session unless one is
+    given; the conversation is the request's `conversation_id` unless the message names one; without a
+    `message_id` one is derived from the conversation and the message's place and text."""
+
+    role: Id
+    content: Text
+    name: Id | None = None
+    timestamp: Label | float | None = Field(None, description="a date string, or seconds since 1970 (UTC)")
+    conversation_id: Id | None = None
+    message_id: Id | None = Field(None, description="stable id (derived when missing)")
+    session: Label | None = None
+    user_id: Id | None = None
+    agent_id: Id | None = None
+    metadata: Metadata | None = Field(None, description="a JSON object, at most 4 KB as JSON")
+
+    def record(self) -> dict[str, Any]:
+        return self.model_dump(exclude_none=True)
+
+
+def _message_kind(value: Any) -> str:
+    chat = isinstance(value, ChatMessageIn) or isinstance(value, dict) and "role" in value
+    return "chat-shape" if chat else "message-shape"
+
+
+# the tags of the discriminated unions: left out of the field paths an error line names (server.validation_line)
+UNION_TAGS = ("request", "message-shape", "chat-shape")
+AnyMessage = Annotated[Annotated[MessageIn, Tag("message-shape")] | Annotated[ChatMessageIn, Tag("chat-shape")],
+                       Discriminator(_message_kind)]
+Messages = Annotated[list[AnyMessage], Field(min_length=1, max_length=MAX_MESSAGES)]
 
 
 class AddIn(Strict):
@@ -61,6 +91,7 @@ class AddIn(Strict):
 
     messages: Messages
     seal: bool = Field(False, description="seal each conversation's open box once these are filed (its end)")
+    conversation_id: Id | None = Field(None, description="the conversation of messages that name none (chat shape)")
     user_id: Id | None = None
     agent_id: Id | None = None
     metadata: Metadata | None = Field(None, description="under each message's own metadata (its keys win)")

@@ -60,11 +60,12 @@ def create_mcp(service: Service):
             raise ToolError(one_line(str(exc))) from None
 
     @mcp.tool(structured_output=True, annotations=ToolAnnotations(idempotentHint=True, openWorldHint=False))
-    def add_memory(messages: m.Messages, seal: bool = False) -> dict[str, Any]:
+    def add_memory(messages: m.Messages, seal: bool = False, conversation_id: m.Id | None = None) -> dict[str, Any]:
         """Store messages (each {conversation_id, message_id, speaker, text, session?, session_date?, user_id?,
-        agent_id?, metadata?}; a message stored already is skipped) and file them into topic boxes in the
-        background. seal=true seals each conversation's open box once filed (the end of the conversation)."""
-        return call(service.receive, [msg.record() for msg in messages], seal)
+        agent_id?, metadata?}, or in the chat shape {role, content, name?, timestamp?} with conversation_id given
+        here; a message stored already is skipped) and file them into topic boxes in the background. seal=true
+        seals each conversation's open box once filed (the end of the conversation)."""
+        return call(service.receive, [msg.record() for msg in messages], seal, conversation_id=conversation_id)
 
     @mcp.tool(structured_output=True, annotations=reads)
     def search_memory(query: m.Query, conversation_id: m.Id | None = None, k: m.K = 5) -> dict[str, Any]:

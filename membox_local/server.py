@@ -147,12 +147,13 @@ class Service:
                 mem.close()
 
     # ---- receiving --------------------------------------------------------------------------------------------------
-    def receive(self, messages: list[dict], seal: bool = False, *, user_id: str | None = None,
-                agent_id: str | None = None, metadata: dict | None = None) -> dict:
+    def receive(self, messages: list[dict], seal: bool = False, *, conversation_id: str | None = None,
+                user_id: str | None = None, agent_id: str | None = None, metadata: dict | None = None) -> dict:
         """Store messages (checked in full first, as Memory.add checks them, and idempotent as it is: a message
         stored already is skipped, or refused when its content differs) and wake the filer; returns before filing.
-        With `seal`, each of their conversations' open box is sealed once its messages are filed."""
-        msgs = as_messages(messages, "add", None, user_id, agent_id, metadata)
+        With `seal`, each of their conversations' open box is sealed once its messages are filed.
+        `conversation_id`: the conversation of messages that name none (the chat shape, role and content)."""
+        msgs = as_messages(messages, "add", conversation_id, user_id, agent_id, metadata)
         if not msgs:
             raise InputError("add: no messages given")
         new = self.intake.add_messages(msgs)  # committed before the 202
@@ -520,8 +521,8 @@ def create_app(memory: Memory, reader: Memory | None = None, *, api_key: str | N
     @app.post("/memories", status_code=202, summary="store messages now, file them in the background")
     def add(body: m.AddBody) -> dict:
         req = body.request()
-        return service.receive([msg.record() for msg in req.messages], req.seal, user_id=req.user_id,
-                               agent_id=req.agent_id, metadata=req.metadata)
+        return service.receive([msg.record() for msg in req.messages], req.seal, conversation_id=req.conversation_id,
+                               user_id=req.user_id, agent_id=req.agent_id, metadata=req.metadata)
 
     @app.get("/memories/search", summary="the boxes nearest a query, best first")
     def search(q: str = Query(min_length=1, max_length=m.MAX_QUERY_CHARS),
@@ -584,9 +585,11 @@ def create_app(memory: Memory, reader: Memory | None = None, *, api_key: str | N
 
 def validation_line(errors: list[dict]) -> str:
     """pydantic's errors as one line: "messages.0.text: String should have at most 10000 characters"."""
+    from .api_models import UNION_TAGS
+
     shown = []
     for e in errors[:3]:
-        where = ".".join(str(x) for x in e.get("loc", ()) if x not in ("body", "request"))
+        where = ".".join(str(x) for x in e.get("loc", ()) if x != "body" and x not in UNION_TAGS)
         shown.append(f"{where or 'body'}: {e.get('msg', 'invalid')}")
     more = f" (and {len(errors) - 3} more)" if len(errors) > 3 else ""
     return "; ".join(shown) + more

@@ -209,6 +209,31 @@ def test_a_write_waits_for_the_filer_then_is_refused_while_readers_go_on(tmp_pat
         assert api.delete(f"/conversations/{CONV}").json()["messages"] == 8
 
 
+def test_chat_shaped_messages_are_filed_with_stable_derived_ids(tmp_path, cfg):
+    chat = [{"role": "user", "name": "Maya", "content": "I signed up for the Lisbon half marathon in October.",
+             "timestamp": "2024-03-04T10:00:00Z"},
+            {"role": "assistant", "content": "Great! How is your knee doing?", "timestamp": 1709546460}]
+    with rest(tmp_path / "mem", cfg) as api:
+        r = api.post("/memories", json={"messages": chat, "conversation_id": "maya-chat", "user_id": "maya"})
+        assert r.status_code == 202 and r.json()["new"] == 2 and r.json()["conversations"] == ["maya-chat"]
+        again = api.post("/memories", json={"messages": chat, "conversation_id": "maya-chat", "user_id": "maya"})
+        assert again.status_code == 202 and again.json()["new"] == 0  # derived ids are stable: a no-op
+        other = api.post("/memories", json={"messages": chat, "conversation_id": "maya-chat"})  # untagged now
+        assert other.status_code == 409, other.text
+        assert "is already stored with other" in error_line(other)
+        wait_until(lambda: api.get("/status").json())
+        msgs = api.get("/conversations/maya-chat/memories", params={"kind": "messages"}).json()["items"]
+        assert [(m["speaker"], m["session"], m["user_id"]) for m in msgs] == [
+            ("Maya", "2024-03-04", "maya"), ("assistant", "2024-03-04", "maya")]
+        # both shapes in one request; a chat message without a conversation is one line
+        mixed = api.post("/memories", json=[{**DEMO_MESSAGES[0]}, {**chat[0], "conversation_id": "other"}])
+        assert mixed.status_code == 202 and mixed.json()["new"] == 2
+        r = api.post("/memories", json=[chat[0]])
+        assert r.status_code == 422 and "conversation" in error_line(r)
+        r = api.post("/memories", json={"messages": [{**chat[0], "speaker": "Maya"}], "conversation_id": "c"})
+        assert r.status_code == 422 and "speaker: Extra inputs are not permitted" in error_line(r)
+
+
 def test_a_restart_files_what_the_last_server_left(tmp_path, cfg):
     folder = tmp_path / "mem"
     with rest(folder, cfg, embedder=DownEmbedder(), retry_s=60) as api:
