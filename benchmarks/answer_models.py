@@ -51,6 +51,19 @@ def report(a) -> int:
     print(f"<!-- {len(common)} questions answered by every model ({', '.join(on)}) in {', '.join(convs)}; "
           f"pooled from {' '.join(a.runs)} on {time.strftime('%Y-%m-%d')} -->")
     print(markdown(summary).split("## QA", 1)[1].join(["## QA", ""]))
+    if a.save:  # the questions every model answered, as the table counts them (ids and scores, no dataset text)
+        from membox_local.evaluation.results import _load, scores_only, write_records
+
+        _, before = _load(Path(a.save)) if Path(a.save).exists() else ({}, {})
+        today = time.strftime("%Y-%m-%d")
+        out = {}
+        for key, r in records.items():
+            if key[:3] in common:
+                new = scores_only(r)
+                old = before.get(key, {})
+                out[key] = {**new, "date": old["date"] if {**old, "date": None} == {**new, "date": None} else today}
+        write_records(a.save, out)
+        print(f"<!-- saved {len(out)} answers to {a.save} -->")
     return 0
 
 
@@ -63,6 +76,8 @@ def main(argv=None) -> int:
     p.add_argument("--models", nargs="+", default=[], help="answering models, side by side")
     p.add_argument("--runs", nargs="*", default=[], help="report: run folders (or saved .jsonl.gz results) to pool; "
                                                         "a folder of the dates step is labelled 'dates as said'")
+    p.add_argument("--save", help="report: write the answers to the questions every model answered here (a "
+                                  "results .jsonl.gz: ids and scores, no dataset text)")
     p.add_argument("--budget", type=int, default=1000, help="context tokens shown to the answering model")
     p.add_argument("--threads", type=int, default=0)
     p.add_argument("--limit", type=int, default=0, help="at most this many questions per conversation")

@@ -414,3 +414,28 @@ def test_next_turn_script_generates_both_conditions_resumes_and_saves_no_text(tm
     again = FakeBackend()
     assert nt.main(args, embedder=FakeEmbedder(), backend=again) == 0
     assert again.calls == [] and len(recs.read_text().splitlines()) == 4  # resumed: nothing generated twice
+
+
+def test_answer_models_report_saves_only_the_questions_every_model_answered(tmp_path, data, capsys):
+    import gzip
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location(
+        "answer_models", Path(__file__).resolve().parent.parent / "benchmarks" / "answer_models.py")
+    am = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(am)
+    backends = {"small": FakeBackend(), "large": FakeBackend()}
+    run(_settings(tmp_path, data, modes=["box-hits"], build=False, boxes_only=True, answer_models=["small"],
+                  out=str(tmp_path / "a")), embedder=FakeEmbedder(), progress=False, answer_backends=backends)
+    run(_settings(tmp_path, data, modes=["box-hits"], build=False, boxes_only=True, answer_models=["large"],
+                  stride=2, out=str(tmp_path / "b")), embedder=FakeEmbedder(), progress=False, answer_backends=backends)
+    saved = tmp_path / "answers.jsonl.gz"
+    assert am.main(["report", "--data", str(data), "--runs", str(tmp_path / "a"), str(tmp_path / "b"),
+                    "--save", str(saved)]) == 0
+    out = capsys.readouterr().out
+    assert "2 questions answered by every model" in out and "saved 4 answers" in out
+    recs = [json.loads(l) for l in gzip.decompress(saved.read_bytes()).decode().splitlines()]
+    assert sorted((r["qid"], r["answerer"]) for r in recs) == [(0, "large"), (0, "small"), (2, "large"),
+                                                                (2, "small")]
+    assert all("question" not in r and "prediction" not in r and r["date"] for r in recs)

@@ -75,14 +75,21 @@ def _save(run_dirs: list[str | Path], path: Path, date: str) -> dict[str, Any]:
             old = meta.setdefault("builds", {}).get(conv, {})
             meta["builds"][conv] = {**stats, "date": old["date"] if {**old, "date": None} == {**stats, "date": None}
                                     else date}
+    write_records(path, records)
+    _meta_path(path).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
+    return meta
+
+
+def write_records(path: str | Path, records: dict[tuple, dict]) -> None:
+    """Records (already `scores_only`, with their date) as the results file, sorted by key; .gz: the same records
+    give the same bytes."""
+    path = Path(path)
     lines = [json.dumps(records[key], sort_keys=True, separators=(",", ":")) for key in sorted(records)]
     text = "\n".join(lines) + "\n"
-    if path.suffix == ".gz":  # mtime 0: the same records give the same bytes
+    if path.suffix == ".gz":  # mtime 0
         path.write_bytes(gzip.compress(text.encode(), mtime=0))
     else:
         path.write_text(text)
-    _meta_path(path).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
-    return meta
 
 
 def pooled_summary(path: str | Path, data: str | Path, modes: list[str] | None = None,
