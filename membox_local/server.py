@@ -477,7 +477,7 @@ def create_app(memory: Memory, reader: Memory | None = None, *, api_key: str | N
     write_wait_s, retry_s, poll_s. The Service is `app.state.service`."""
     from contextlib import asynccontextmanager
 
-    from fastapi import FastAPI, Path as P, Query
+    from fastapi import Path as P, Query
     from fastapi.exceptions import RequestValidationError
     from fastapi.responses import JSONResponse
     from starlette.exceptions import HTTPException
@@ -494,8 +494,12 @@ def create_app(memory: Memory, reader: Memory | None = None, *, api_key: str | N
         finally:
             service.close()
 
-    app = FastAPI(title="membox", version="1", lifespan=lifespan,
-                  description="Long-term conversational memory in topic boxes (membox_local), on local models.")
+    # fastapi-offline: FastAPI whose /docs and /redoc pages load Swagger UI and ReDoc from files it ships (served
+    # under /static-offline-docs), not from a CDN: the docs work offline and the browser fetches nothing elsewhere
+    from fastapi_offline import FastAPIOffline
+
+    app = FastAPIOffline(title="membox", version="1", lifespan=lifespan,
+                         description="Long-term conversational memory in topic boxes (membox_local), on local models.")
     app.state.service = service
     cid = P(min_length=1, max_length=m.MAX_ID_CHARS, description="conversation id")
     mid = P(min_length=1, max_length=m.MAX_ID_CHARS, description="message id")

@@ -234,6 +234,20 @@ def test_chat_shaped_messages_are_filed_with_stable_derived_ids(tmp_path, cfg):
         assert r.status_code == 422 and "speaker: Extra inputs are not permitted" in error_line(r)
 
 
+def test_the_docs_page_loads_nothing_from_elsewhere(tmp_path, cfg):
+    import re
+
+    with rest(tmp_path / "mem", cfg) as api:
+        for page in ("/docs", "/redoc"):
+            html = api.get(page).text
+            urls = re.findall(r"""(?:src|href)=["']([^"']+)["']""", html) + re.findall(r"""url: *["']([^"']+)["']""",
+                                                                                    html)
+            assert urls and all(u.startswith("/") for u in urls), (page, urls)  # served here: no CDN
+            for u in urls:
+                assert api.get(u).status_code == 200, u
+        assert "paths" in api.get("/openapi.json").json()
+
+
 def test_a_restart_files_what_the_last_server_left(tmp_path, cfg):
     folder = tmp_path / "mem"
     with rest(folder, cfg, embedder=DownEmbedder(), retry_s=60) as api:
