@@ -700,3 +700,13 @@ def test_next_turn_targets_and_a_memory_of_earlier_turns_only(ew):
     assert corpus_bleu(["a b c d e"], ["a b c d e"]) == pytest.approx(100.0)
     with pytest.raises(ValueError, match="only 'none' and 'event-graph'"):
         generate(ew, CONV, targets, backend, conditions=("event-graph-boxes",))
+    # the cut snapshot: earlier events and turns only, PageRank over their nodes
+    from membox_local.evaluation.next_turn import earlier_snapshot
+
+    snap = ew.system("eventweave").snapshot(CONV)
+    cut = {m.message_id: m.seq for m in stored}["m7"]  # session 3's first turn
+    part = earlier_snapshot(ew, CONV, snap, cut)
+    assert part.events and all(e.seq < cut for e in part.events) and len(part.events) < len(snap.events)
+    assert set(part.pagerank) == {e.node_id for e in part.events}
+    assert all(m.seq < cut for m in part.messages.values()) and len(snap.events) == len(
+        ew.system("eventweave").snapshot(CONV).events)  # the whole snapshot is left as it was

@@ -4,8 +4,11 @@ sessions, scored against the turn that was said with BLEU-4 (sacrebleu) and ROUG
 A target is a turn of a later session (not the first) with at least `min_recent` turns of its session before
 it; the model sees up to `recent` of those turns and writes the target speaker's next message. With memory it
 also sees an event-graph context retrieved with the last two turns as the query, from the events of what was
-said before the shown turns only: the graph is the whole conversation's, so the retriever reads a snapshot cut
-there (events, their turns, and PageRank over the nodes that keep an event), and nothing said later can leak in. Greedy decoding, the same model for both conditions.
+said before the shown turns only. The graph is the whole conversation's, so the retriever reads a snapshot cut
+there: the earlier events and their turns, and PageRank over the nodes that hold one of them and the summaries of
+the sessions finished by then. No text said later is shown (a shown later turn is refused as a bug); edges that
+later events added between the kept nodes stay, so PageRank may still feel them. Greedy decoding, the same model
+for both conditions.
 """
 from __future__ import annotations
 
@@ -41,17 +44,20 @@ def sample_targets(messages: Sequence[Message], n: int, recent: int = 6, min_rec
 
 def earlier_snapshot(memory, conversation_id: str, snap, before_seq: int):
     """The event-graph snapshot of what was said before `before_seq` only: events of earlier turns, those turns,
-    and PageRank over the graph's nodes that keep an event (with the summaries of the sessions they are of)."""
+    and PageRank over the graph's nodes that keep an event and the summaries of the sessions finished before."""
     import networkx as nx
 
     from ..systems.eventweave_graph import networkx_graph
 
     events = [e for e in snap.events if e.seq < before_seq]
     keep_nodes = {f"n{e.node_id}" for e in events}
-    sessions = {e.session for e in events}
+    last: dict[str, int] = {}  # session -> its last turn's place
+    for m in snap.messages.values():
+        last[m.session] = max(last.get(m.session, -1), m.seq)
+    finished = {session for session, seq in last.items() if seq < before_seq}
     graph = networkx_graph(memory.store, conversation_id, ranking=True)
     kept = [v for v, d in graph.nodes(data=True) if v in keep_nodes or (d.get("kind") == "summary"
-                                                                       and d.get("sessions") in sessions)]
+                                                                       and d.get("sessions") in finished)]
     sub = graph.subgraph(kept)
     ranks = nx.pagerank(sub, alpha=memory.config.eventweave.damping, weight="weight") if sub.number_of_nodes() else {}
     return replace(snap, events=events, pagerank={int(k[1:]): v for k, v in ranks.items() if k.startswith("n")},
