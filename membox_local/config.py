@@ -165,6 +165,9 @@ class EventWeaveConfig:
     max_event_chars: int = _opt(160, lo=16)
     max_when_chars: int = _opt(40, lo=4)  # the time expression of an event, as said ("last Sunday")
     max_tokens: int = _opt(240, lo=16)  # one extraction call
+    # share of an item's content words (names left out) that must be words of the two turns (systems/eventweave.py
+    # `unkept`, which also drops copied turns, questions, loops and items about a person the new turn is not about)
+    min_grounding: float = _opt(0.5, lo=0.0, hi=1.0)
     cluster_threshold: float = _opt(0.8, lo=-1.0, hi=1.0)  # delta: an event joins a node above this cosine
     reasoning_threshold: float = _opt(0.6, lo=-1.0, hi=1.0)  # theta: nodes linked above this context cosine
     update_threshold: float = _opt(0.97, lo=-1.0, hi=1.0)  # beta: a node's mean moving below this is an update

@@ -52,25 +52,30 @@ def speaker_grounding(event: str, messages: Sequence[Message]) -> float:
     low when only Ana's lines say so.
     An event that names no speaker gets the plain lexical grounding against every line."""
     speakers = list(dict.fromkeys(m.speaker for m in messages if m.speaker.strip()))
-    named = [(match.start(), sp) for sp in speakers if (match := _name_pattern(sp).search(event))]
-    if not named:
+    subjects, rest = event_subjects(event, speakers)
+    if not subjects:
         return grounding(event, "\n".join(m.render() for m in messages))
-    named.sort()
-    subjects = [named[0][1]]
-    # "Ana and Ben went ...": a joint claim must hold for each of them
+    if not content_words(rest):
+        return 1.0
+    return min(grounding(rest, "\n".join(m.text for m in messages if is_about(m, s))) for s in subjects)
+
+
+def event_subjects(event: str, speakers: Sequence[str]) -> tuple[list[str], str]:
+    """Whom an event is about: the first of `speakers` it names, and the second too in "Ana and Ben ..." (a joint
+    claim must hold for each); with the event's text without the speakers' names. ([], text): it names none."""
+    named = sorted((match.start(), sp) for sp in speakers if (match := _name_pattern(sp).search(event)))
+    subjects = [named[0][1]] if named else []
     if len(named) > 1 and re.match(r"\s+and\s+$", event[named[0][0] + len(named[0][1].split()[0]):named[1][0]]):
         subjects.append(named[1][1])
     rest = event
     for sp in speakers:
         rest = _name_pattern(sp).sub(" ", rest)
-    if not content_words(rest):
-        return 1.0
+    return subjects, rest
 
-    def support(subject: str) -> str:
-        about = _name_pattern(subject)
-        return "\n".join(m.text for m in messages if m.speaker == subject or about.search(m.text))
 
-    return min(grounding(rest, support(s)) for s in subjects)
+def is_about(m: Message, person: str) -> bool:
+    """A line of `person`'s own, or one that names them."""
+    return m.speaker == person or bool(_name_pattern(person).search(m.text))
 
 
 def event_grounding(event: str, box: Box, by_speaker: bool) -> float:

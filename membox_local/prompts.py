@@ -174,13 +174,16 @@ def trace_init_prompt(events: Sequence[str], date: str) -> Prompt:
 # An empty list is the "no event" answer (it stands in for the paper's trained event classifier).
 TURN_EVENTS_SYSTEM = (
     "You keep a diary of what people share in a chat. You see the turn before (only to understand the new one) "
-    "and the new turn. Write down what the new turn tells about a speaker's life: something that happened, "
-    "a change, a plan, a decision, a fact about them or someone close to them. Each item is one short sentence "
-    "that names the person and makes sense on its own.\n"
-    "- when: the words of the new turn that say when it happens or happened (e.g. 'last Friday', 'in 2019', "
-    "'next month'), copied as written; an empty string when it gives no time.\n"
-    "Greetings, thanks, questions, jokes and reactions are not items. Most turns have none: then give an "
-    "empty list. Never add anything the turn does not say."
+    "and the new turn. Write down what the new turn tells about its speaker's life or someone close to them: "
+    "something that happened, a change, a plan, a decision, a lasting fact. Each item is one short sentence in "
+    "the third person that names the person, in your own words; never copy the turn, never start with 'Name:'.\n"
+    "- when: the words of the new turn that say when it happens or happened (e.g. 'last Friday', 'next month'), "
+    "copied as written; an empty string when it gives no time.\n"
+    "Greetings, thanks, questions, compliments and reactions are not items. Most turns have none: then the answer "
+    "is {\"events\": []}.\n"
+    "Example. New turn: \"Ben: Great! I adopted a puppy named Rex on Saturday. How are you?\" Answer: "
+    "{\"events\": [{\"text\": \"Ben adopted a puppy named Rex\", \"when\": \"on Saturday\"}]}. "
+    "New turn: \"Ana: Wow, congrats! What breed is he?\" Answer: {\"events\": []}."
 )
 
 

@@ -34,7 +34,7 @@ SCRIPT = [
     ("2", S2, "Ana", "Sadly Pepper went missing the day before yesterday.",
      [("Ana's grey cat Pepper went missing", "the day before yesterday")]),
     ("2", S2, "Ben", "Oh no, I hope she comes back.", []),
-    ("2", S2, "Ana", "She came back today, hungry for tuna!",
+    ("2", S2, "Ana", "Pepper, the grey cat I adopted, came back home today, hungry for tuna!",
      [("Ana adopted a grey cat named Pepper returned home", "today")]),
     ("3", S3, "Ben", "I ran the Lisbon marathon last Sunday in four hours.",
      [("Ben ran the Lisbon marathon in four hours", "last Sunday")]),
@@ -147,7 +147,7 @@ def test_an_event_graph_is_added_to_a_built_box_memory_by_the_store_migration(tm
         boxes = [(b.id, b.topic) for b in mem.boxes()]
         assert not mem.store.db.execute("SELECT 1 FROM sqlite_master WHERE name='ew_events'").fetchone()
     with Memory(tmp_path / "m", ew_config(cfg), backend=scripted_backend(), embedder=FakeEmbedder()) as mem:
-        assert mem.store.get_meta("schema_version.eventweave") == "1"
+        assert mem.store.get_meta("schema_version.eventweave") == "2"
         assert json.loads(mem.store.get_meta("systems")) == ["membox", "eventweave"]
         assert mem.has_work()
         mem.add([], seal=True)  # the stored messages are extracted into the graph; the boxes stay as they were
@@ -156,6 +156,15 @@ def test_an_event_graph_is_added_to_a_built_box_memory_by_the_store_migration(tm
         assert "eventweave.cluster_threshold" in json.loads(mem.store.get_meta("build_settings"))
     with Memory(tmp_path / "m", ew_config(cfg), backend=scripted_backend(), embedder=FakeEmbedder()) as mem:
         assert not mem.has_work()  # opened again (migration idempotent), nothing to do
+        pairs = {k: dict(r) for k, r in mem.store.ew_pairs(CONV).items()}
+        # a version-1 graph (no `dropped` column) is lifted to version 2 when opened, its rows kept
+        mem.store.db.execute("ALTER TABLE ew_pairs DROP COLUMN dropped")
+        mem.store.set_meta("schema_version.eventweave", "1")
+    with Memory(tmp_path / "m", ew_config(cfg), backend=scripted_backend(), embedder=FakeEmbedder()) as mem:
+        assert mem.store.get_meta("schema_version.eventweave") == "2"
+        assert {k: dict(r) for k, r in mem.store.ew_pairs(CONV).items()} == {
+            k: dict(r, dropped="{}") for k, r in pairs.items()}
+        assert not mem.has_work()
 
 
 def test_a_memory_of_the_event_graph_alone_and_modes_it_cannot_serve(tmp_path, cfg, capsys):
@@ -200,6 +209,43 @@ def test_one_bounded_extraction_per_turn_pair_with_resolved_dates(ew):
     assert marathon.sources == ["m2", "m3"] and (marathon.first_day, marathon.last_day) == ("2023-06-01", "2023-06-30")
     assert events["Pepper the cat eats tuna every day"].date == ""  # no time given: none resolved
     assert np.isclose(np.linalg.norm(adopted.vector), 1.0) and not np.allclose(adopted.vector, adopted.context_vector)
+
+
+@pytest.mark.parametrize("text, why", [
+    ("Ben trains for the Lisbon marathon", ""),
+    ("Pepper the cat eats tuna every day", ""),  # names no speaker: grounded in the turns' words
+    ("Ben: I am training for the Lisbon marathon next month.", "copied turn"),
+    ("Is Ben training for a marathon?", "question"),
+    ("Ben trains trains trains trains trains trains trains", "repetition"),
+    ("Ana trains for the Lisbon marathon", "about another person"),  # Ben's news, told as Ana's
+    ("Ana and Ben train for the Lisbon marathon", "about another person"),  # a joint claim holds for each
+    ("Ben bought a red bicycle in Porto", "not grounded"),
+])
+def test_what_a_pair_keeps_of_its_items(text, why):
+    from membox_local.systems.eventweave import unkept
+
+    before = Message(CONV, "m2", "Ana", "Pepper eats tuna every day, she loves it.")
+    new = Message(CONV, "m3", "Ben", "I am training for the Lisbon marathon next month.")
+    assert unkept(text, before, new, 0.5) == why
+    # a person the new turn names is fine: "Ana told me ..." may be about Ana
+    assert unkept("Ana runs the Lisbon marathon", before,
+                  Message(CONV, "m3", "Ben", "Ana runs the Lisbon marathon next month."), 0.5) == ""
+
+
+def test_items_not_kept_are_counted_by_reason(tmp_path, cfg):
+    script = Script()
+    script.events["I am training for the Lisbon marathon next month."] = [
+        ("Ben trains for the Lisbon marathon", "next month"), ("Ana trains for the Lisbon marathon", ""),
+        ("Ben: I am training for the Lisbon marathon next month.", "")]  # max_events = 3
+    script.events["Nice! What does she eat?"] = [("What does Pepper eat?", "")]
+    with Memory(tmp_path / "m", ew_config(cfg), backend=scripted_backend(script), embedder=FakeEmbedder()) as mem:
+        mem.add(script_messages(), seal=True)
+        assert [e.text for e in mem.store.ew_events(CONV) if e.sources[-1] == "m3"] == [
+            "Ben trains for the Lisbon marathon"]
+        assert json.loads(mem.store.ew_pairs(CONV)["m3"]["dropped"]) == {"about another person": 1, "copied turn": 1}
+        assert json.loads(mem.store.ew_pairs(CONV)["m1"]["dropped"]) == {"question": 1}
+        assert mem.stats(CONV)["eventweave"]["dropped_items"] == {
+            "about another person": 1, "copied turn": 1, "question": 1}
 
 
 def test_the_extraction_schema_is_bounded():

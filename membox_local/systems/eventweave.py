@@ -23,6 +23,7 @@ from typing import Callable
 
 from ..backends.base import BackendError, JsonRequest
 from ..dates import find_time_phrase, resolve_when
+from ..loom import content_words, event_subjects, grounding, is_about
 from ..prompts import session_summary_prompt, session_summary_schema, turn_events_prompt, turn_events_schema
 from ..records import Message
 from ..requests import EmbedRequest, Step
@@ -44,6 +45,33 @@ class GraphSnapshot:
     sessions: dict[str, int] = field(default_factory=dict)  # session -> its place in the conversation (0, 1, ...)
     session_dates: dict[str, str] = field(default_factory=dict)
     messages: dict[str, Message] = field(default_factory=dict)  # message id -> message
+
+
+def unkept(text: str, previous: Message | None, new: Message, min_grounding: float) -> str:
+    """Why an extracted item is not kept as an event ("": it is). The new turn is what a pair reads; the turn
+    before only helps to understand it. Not kept:
+    - "copied turn": the item starts with a speaker's name and a colon (a turn copied, not an event);
+    - "question": it ends with a question mark;
+    - "repetition": a run of three words said three times (a small model looping);
+    - "about another person": it is about a speaker (the first one it names, each of "Ana and Ben") whom the new
+      turn neither is by nor names: a small model's swapped people ("Ben bought a bicycle" from Ana's turn);
+    - "not grounded": under `min_grounding` of its content words (names left out) are words of the two turns."""
+    speakers = list(dict.fromkeys(t.speaker for t in (previous, new) if t is not None and t.speaker.strip()))
+    if any(text.lower().startswith(f"{sp.lower()}:") for sp in speakers):
+        return "copied turn"
+    if text.rstrip().endswith("?"):
+        return "question"
+    words = text.lower().split()
+    runs = [tuple(words[i:i + 3]) for i in range(len(words) - 2)]
+    if any(runs.count(r) >= 3 for r in set(runs)):
+        return "repetition"
+    subjects, rest = event_subjects(text, speakers)
+    if any(not is_about(new, person) for person in subjects):
+        return "about another person"
+    source = " ".join(t.text for t in (previous, new) if t is not None)
+    if content_words(rest) and grounding(rest, source) < min_grounding:
+        return "not grounded"
+    return ""
 
 
 class EventWeave(Component):
@@ -119,11 +147,16 @@ class EventWeave(Component):
         turns = [previous, m] if previous is not None else [m]
         events: list[GraphEvent] = []
         seen: set[str] = set()
+        dropped: dict[str, int] = {}
         for item in res.data.get("events", []):
             text = " ".join(str(item.get("text", "")).split())
             if not text or text.lower() in seen:
                 continue
             seen.add(text.lower())
+            why = unkept(text, previous, m, cfg.min_grounding)
+            if why:
+                dropped[why] = dropped.get(why, 0) + 1
+                continue
             when = next((w for w in (" ".join(str(item.get("when", "")).split()), find_time_phrase(text) or "")
                          if w and _said(w, turns)), "")
             date, first, last = (resolve_when(when, m.session_date) if when else None) or ("", "", "")
@@ -134,7 +167,7 @@ class EventWeave(Component):
                                       tuple(context_text(e.text, turns) for e in events))
             for i, e in enumerate(events):
                 e.vector, e.context_vector = vecs[i], vecs[len(events) + i]
-        self.store.ew_save_pair(conv, m.message_id, previous_id, events)
+        self.store.ew_save_pair(conv, m.message_id, previous_id, events, dropped)
         self.weaver.weave_pending(conv)
         return events
 
@@ -269,6 +302,8 @@ class EventWeave(Component):
             "summaries": c.get("ew_summaries.done", 0),
             "failed_summaries": c.get("ew_summaries.failed", 0),
             "evicted_nodes": sum(x.get("evicted_nodes", 0) for x in evicted),
+            # extracted items not kept, by reason (`unkept`): counted, never silently lost
+            "dropped_items": {k.split(".", 1)[1]: v for k, v in sorted(c.items()) if k.startswith("ew_dropped.")},
         }}
 
     def failures(self, conversations: list[str]) -> tuple[int, int]:

@@ -35,6 +35,7 @@ CREATE TABLE IF NOT EXISTS ew_pairs (
     previous_id TEXT NOT NULL DEFAULT '',
     status TEXT NOT NULL,
     error TEXT NOT NULL DEFAULT '',
+    dropped TEXT NOT NULL DEFAULT '{}',
     UNIQUE (conversation_id, message_id)
 );
 CREATE INDEX IF NOT EXISTS ew_pairs_previous ON ew_pairs (conversation_id, previous_id);
@@ -155,7 +156,9 @@ class EventTables:
 
     TABLES = "eventweave"
     SCHEMA = SCHEMA
-    SCHEMA_VERSION = 1
+    SCHEMA_VERSION = 2
+    # version 2: the items a pair's extraction wrote that were not kept, counted by reason (JSON)
+    COLUMNS_ADDED = {2: (("ew_pairs", "dropped", "TEXT NOT NULL DEFAULT '{}'"),)}
     # how sharded builds are merged (store.merge_rules): table -> {column: the table whose ids it holds}
     ID_COLUMNS = {
         "ew_pairs": {"id": "ew_pairs"},
@@ -174,10 +177,11 @@ class EventTables:
         return {r["message_id"]: r for r in rows}
 
     def ew_save_pair(self, conversation_id: str, message_id: str, previous_id: str,
-                     events: list[GraphEvent]) -> list[GraphEvent]:
-        """Record a pair as done with its events (not woven yet), in one transaction; returns them with ids."""
+                     events: list[GraphEvent], dropped: dict[str, int] | None = None) -> list[GraphEvent]:
+        """Record a pair as done with its events (not woven yet) and the items not kept (`dropped`: count by
+        reason), in one transaction; returns the events with ids."""
         with self.transaction():
-            pair = self._ew_pair_row(conversation_id, message_id, previous_id, "done", "")
+            pair = self._ew_pair_row(conversation_id, message_id, previous_id, "done", "", dropped or {})
             self.db.execute("DELETE FROM ew_events WHERE pair_id=?", (pair,))
             for e in events:
                 cur = self.db.execute(
@@ -193,12 +197,13 @@ class EventTables:
         with self.transaction():
             self._ew_pair_row(conversation_id, message_id, previous_id, "failed", error)
 
-    def _ew_pair_row(self, conversation_id: str, message_id: str, previous_id: str, status: str, error: str) -> int:
+    def _ew_pair_row(self, conversation_id: str, message_id: str, previous_id: str, status: str, error: str,
+                     dropped: dict[str, int] | None = None) -> int:
         self.db.execute(
-            "INSERT INTO ew_pairs (conversation_id, message_id, previous_id, status, error) VALUES (?, ?, ?, ?, ?) "
-            "ON CONFLICT (conversation_id, message_id) DO UPDATE SET previous_id=excluded.previous_id, "
-            "status=excluded.status, error=excluded.error",
-            (conversation_id, message_id, previous_id, status, error))
+            "INSERT INTO ew_pairs (conversation_id, message_id, previous_id, status, error, dropped) "
+            "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (conversation_id, message_id) DO UPDATE SET "
+            "previous_id=excluded.previous_id, status=excluded.status, error=excluded.error, dropped=excluded.dropped",
+            (conversation_id, message_id, previous_id, status, error, json.dumps(dropped or {}, sort_keys=True)))
         return self.db.execute("SELECT id FROM ew_pairs WHERE conversation_id=? AND message_id=?",
                                (conversation_id, message_id)).fetchone()[0]
 
@@ -362,6 +367,10 @@ class EventTables:
         for table, column in (("ew_edges", "kind"), ("ew_pairs", "status"), ("ew_summaries", "status")):
             for r in self.db.execute(f"SELECT {column}, COUNT(*) FROM {table} {where} GROUP BY {column}", args):
                 out[f"{table}.{r[0]}"] = r[1]
+        for (text,) in self.db.execute(f"SELECT dropped FROM ew_pairs {where or 'WHERE 1=1'} AND dropped != '{{}}'",
+                                       args):
+            for reason, n in json.loads(text).items():
+                out[f"ew_dropped.{reason}"] = out.get(f"ew_dropped.{reason}", 0) + n
         return out
 
 
