@@ -186,6 +186,9 @@ class EventWeaveConfig:
     half_life: float = _opt(4.0, lo=0.01)  # recency halves after this many half_life_units
     half_life_unit: str = _opt("sessions", choices=("sessions", "days"), what="half-life unit")
     damping: float = _opt(0.85, lo=0.0, hi=1.0)  # PageRank's alpha
+    # the model of the event graph's calls (ew-extract, ew-summary): keys of [llm] that differ for them
+    # (`[eventweave] llm = {model = "..."}`); empty: the build model. A build setting (it changes what is built).
+    llm: dict[str, Any] = _opt(dict, factory=True)
 
 
 @dataclass
@@ -226,6 +229,13 @@ class Config:
     def answer_llm(self) -> LLMConfig:
         """The answering model's settings: [llm] with [answer.llm]'s keys over it."""
         return dataclasses.replace(self.llm, **self.answer.llm) if self.answer.llm else self.llm
+
+    def stage_llms(self) -> dict[str, LLMConfig]:
+        """Build stages answered by a model other than [llm]'s: stage -> its settings (backends/router.py)."""
+        if "eventweave" not in self.memory.systems or not self.eventweave.llm:
+            return {}
+        llm = dataclasses.replace(self.llm, **self.eventweave.llm)
+        return {} if llm == self.llm else {"ew-extract": llm, "ew-summary": llm}
 
 
 class ConfigError(ValueError):
@@ -301,6 +311,8 @@ def validate(cfg: Config, where: str = "config") -> None:
                           f"choose one of {', '.join(sorted(modes))}")
     if cfg.answer.llm:
         _build(LLMConfig, {**dataclasses.asdict(cfg.llm), **cfg.answer.llm}, f"{where} [answer.llm]")
+    if cfg.eventweave.llm:
+        _build(LLMConfig, {**dataclasses.asdict(cfg.llm), **cfg.eventweave.llm}, f"{where} [eventweave] llm")
     lc = cfg.loom
     for feature, weight in lc.weights.items():
         if feature not in FEATURES:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
 from .backends.base import Backend, TextRequest
+from .backends.router import StageRouter
 from .config import Config, ConfigError, config_from_dict, load_config
 from .embed import CachedEmbedder, Embedder, make_embedder
 from .execution.driver import Driver
@@ -63,6 +64,8 @@ def preflight_models(config: Config, llm: bool = True, embedder: bool = True) ->
         from .backends import preflight
 
         preflight(config.llm)
+        for llm in {id(x): x for x in config.stage_llms().values()}.values():  # a stage's own model ([eventweave] llm)
+            preflight(llm)
     if embedder and config.embedder.backend == "sentence-transformers":
         from .weights import resolve_model
 
@@ -133,6 +136,7 @@ class Memory:
         self._embedder = embedder
         self._backend = backend
         self._answer_backend = answer_backend
+        self._made: dict[str, Backend] = {}  # the models this Memory loaded itself, by settings (llm_key): shared
         self._indexes: dict[str, VectorIndex] = {}
         self.components: list[Component] = [component_class(n)(self) for n in self.config.memory.systems]
 
@@ -154,24 +158,33 @@ class Memory:
 
     @property
     def backend(self) -> Backend:
+        """The build's backend: [llm]'s model, behind a StageRouter when a memory system names its own model for
+        its stages (`Config.stage_llms`); a backend passed in answers every stage."""
         if self._backend is None:
-            from .backends import make_backend
+            from .backends.router import build_backend
 
-            self._backend = make_backend(self.config.llm)
+            self._backend = build_backend(self.config, made=self._made)
         elif not isinstance(self._backend, Backend):
             self._backend = self._backend()
         return self._backend
 
     @property
     def answer_backend(self) -> Backend:
-        """The answering model ([answer.llm] over [llm]); the build backend when they are the same."""
+        """The answering model ([answer.llm] over [llm]); a model the build loaded already (the build's, or a
+        stage's) is shared, not loaded twice."""
         if self._answer_backend is None:
             llm = self.config.answer_llm()
-            if llm == self.config.llm:
+            if llm == self.config.llm and not self._made:
                 return self.backend
             from .backends import make_backend
+            from .backends.router import llm_key
 
-            self._answer_backend = make_backend(llm)
+            if not self._made:  # the build model, when this Memory makes it, is one of those made
+                self.backend
+            key = llm_key(llm)
+            if key not in self._made:
+                self._made[key] = make_backend(llm)
+            self._answer_backend = self._made[key]
         elif not isinstance(self._answer_backend, Backend):
             self._answer_backend = self._answer_backend()
         return self._answer_backend
@@ -695,10 +708,14 @@ class Memory:
             idx.save()
         for comp in self.components:
             comp.close()
-        if isinstance(self._answer_backend, Backend) and self._answer_backend is not self._backend:
-            self._answer_backend.close()
-        if isinstance(self._backend, Backend):
-            self._backend.close()
+        # each model once: those passed in (or made by a callable passed in), and those this Memory made (a router
+        # it made is closed through its parts, which are among them)
+        ours = {id(b) for b in self._made.values()}
+        router_ours = isinstance(self._backend, StageRouter) and id(self._backend.default) in ours
+        closing = [] if router_ours else [self._backend]
+        for b in {id(b): b for b in [*closing, self._answer_backend, *self._made.values()]
+                  if isinstance(b, Backend)}.values():
+            b.close()
         self.store.close()
         if self._write_lock is not None:
             self._write_lock.release()

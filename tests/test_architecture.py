@@ -19,6 +19,7 @@ LAYERS: list[tuple[str, set[str]]] = [
     ("registry and config", {"systems", "config"}),
     ("storage, models, input", {"store", "index", "weights", "ingest", "prompts", "backends",
                                 "backends.llamacpp", "backends.openai", "backends.vllm", "backends.transformers",
+                                "backends.router",
                                 "embed", "testing"}),
     ("execution", {"execution", "execution.driver", "execution.progress", "execution.batch", "execution.merge",
                    "profile"}),  # the build profile: the driver's timing, the machine's ceiling

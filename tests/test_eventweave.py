@@ -756,3 +756,64 @@ def test_next_turn_targets_and_a_memory_of_earlier_turns_only(ew):
     assert set(part.pagerank) == {e.node_id for e in part.events}
     assert all(m.seq < cut for m in part.messages.values()) and len(snap.events) == len(
         ew.system("eventweave").snapshot(CONV).events)  # the whole snapshot is left as it was
+
+
+def test_the_event_graph_can_have_a_model_of_its_own(tmp_path, cfg, monkeypatch):
+    """`[eventweave] llm`: its stages go to that model (a StageRouter), the box memory's to [llm]; an answering
+    model that is the same is loaded once; another event-graph model is another build."""
+    from membox_local.backends import router
+    from membox_local.backends.router import StageRouter
+
+    made: dict[str, FakeBackend] = {}
+
+    def make(llm):
+        b = scripted_backend()
+        made[llm.model] = b
+        return b
+
+    monkeypatch.setattr("membox_local.backends.make_backend", make)
+    c = ew_config(cfg, llm={"model": "qwen2.5-coder-1.5b", "n_threads": 1})
+    c.answer.llm = {"model": "qwen2.5-coder-1.5b", "n_threads": 1}
+    assert set(c.stage_llms()) == {"ew-extract", "ew-summary"}
+    with Memory(tmp_path / "m", c, embedder=FakeEmbedder()) as mem:
+        mem.add(script_messages(), seal=True)
+        assert isinstance(mem.backend, StageRouter) and set(made) == {"qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b"}
+        small, large = made["qwen2.5-coder-0.5b"], made["qwen2.5-coder-1.5b"]
+        assert {s for s, _ in large.calls} == {"ew-extract", "ew-summary"}
+        assert "ew-extract" not in {s for s, _ in small.calls} and {"extract"} <= {s for s, _ in small.calls}
+        assert mem.answer_backend is large  # the same model answers: loaded once
+        settings = json.loads(mem.store.get_meta("build_settings"))
+        assert settings["eventweave.llm"] == {"backend": "llamacpp", "model": "qwen2.5-coder-1.5b", "temperature": 0.0}
+    other = ew_config(cfg, llm={"model": "qwen2.5-coder-0.5b"})
+    with pytest.raises(StoreError, match="eventweave.llm"):
+        with Memory(tmp_path / "m", other, embedder=FakeEmbedder()) as mem:
+            mem.add([], seal=True)
+    # threads are not a build setting: the same model with other threads continues the memory
+    with Memory(tmp_path / "m", ew_config(cfg, llm={"model": "qwen2.5-coder-1.5b", "n_threads": 2}),
+                embedder=FakeEmbedder()) as mem:
+        mem.add([], seal=True)
+    with pytest.raises(ConfigError, match=r"\[eventweave\] llm"):
+        load_config("eventweave", {"eventweave.llm": {"modle": "x"}})
+    assert router.llm_key(c.llm) != router.llm_key(c.stage_llms()["ew-extract"])
+
+
+def test_a_stage_router_answers_in_request_order_and_closes_each_model_once():
+    from membox_local.backends.base import Prompt, TextRequest
+    from membox_local.backends.router import StageRouter
+
+    class Closing(FakeBackend):
+        closed = 0
+
+        def close(self):
+            self.closed += 1
+
+    a, b = Closing(), Closing()
+    r = StageRouter(a, {"ew-extract": b, "ew-summary": b})
+    reqs = [TextRequest(Prompt("s", f"Memory:\nAna: answer {i}\n\nQuestion: answer {i}?"), stage)
+            for i, stage in enumerate(["answer", "ew-extract", "answer", "ew-summary"])]
+    out = r.text(reqs)
+    assert [o.text for o in out] == ["answer 0", "answer 1", "answer 2", "answer 3"]  # in request order
+    assert [u for _, u in a.calls] == [reqs[0].prompt.user, reqs[2].prompt.user]
+    assert [s for s, _ in b.calls] == ["ew-extract", "ew-summary"]
+    r.close()
+    assert (a.closed, b.closed) == (1, 1)

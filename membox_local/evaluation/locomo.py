@@ -134,6 +134,7 @@ class Shared:
     def __init__(self, cfg: Config, backend=None, embedder=None, answer_backends: dict | None = None):
         self.cfg, self._backend, self._embedder = cfg, backend, embedder
         self._answerers = dict(answer_backends or {})
+        self._made: dict = {}  # models made here, by settings: a stage's model answering too is loaded once
         self._injected = backend is not None and not answer_backends
 
     @property
@@ -145,10 +146,10 @@ class Shared:
         return self._embedder
 
     def backend(self):
-        if self._backend is None:
-            from ..backends import make_backend
+        if self._backend is None:  # the build's backend, a stage router when a system has its own model
+            from ..backends.router import build_backend
 
-            self._backend = make_backend(self.cfg.llm)
+            self._backend = build_backend(self.cfg, made=self._made)
         return self._backend
 
     def answerer(self, model: str):
@@ -160,13 +161,21 @@ class Shared:
                 self._answerers[model] = self.backend()
             else:
                 from ..backends import make_backend
+                from ..backends.router import llm_key
 
-                self._answerers[model] = make_backend(llm)
+                if not self._injected and self._backend is None and self.cfg.stage_llms():
+                    self.backend()  # a stage's model may be this one: made once
+                key = llm_key(llm)
+                if key not in self._made:
+                    self._made[key] = make_backend(llm)
+                self._answerers[model] = self._made[key]
         return self._answerers[model]
 
     def close_answerers(self) -> None:
-        for b in self._answerers.values():
-            if b is not self._backend:
+        """The answering models that are not the build's (those are closed with the memories that use them)."""
+        build = getattr(self._backend, "routes", {}).values() if self._backend is not None else ()
+        for b in {id(b): b for b in self._answerers.values()}.values():
+            if b is not self._backend and all(b is not x for x in build):
                 b.close()
 
 

@@ -94,6 +94,9 @@ class EventWeave(Component):
         out = super().build_settings()
         for key in RETRIEVAL_KEYS:
             out.pop(f"eventweave.{key}", None)
+        # the event graph's own model, as what decides its output (threads, batch sizes... are free to change)
+        llm = self.config.stage_llms().get("ew-extract", self.config.llm)
+        out["eventweave.llm"] = {"backend": llm.backend, "model": llm.model, "temperature": llm.temperature}
         return out
 
     # ---- building -------------------------------------------------------------------------------
