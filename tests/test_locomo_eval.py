@@ -439,3 +439,33 @@ def test_answer_models_report_saves_only_the_questions_every_model_answered(tmp_
     assert sorted((r["qid"], r["answerer"]) for r in recs) == [(0, "large"), (0, "small"), (2, "large"),
                                                                 (2, "small")]
     assert all("question" not in r and "prediction" not in r and r["date"] for r in recs)
+
+
+def test_eventweave_extract_models_script_counts_what_each_model_keeps(tmp_path, data):
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location(
+        "eventweave_extract_models", Path(__file__).resolve().parent.parent / "benchmarks" /
+        "eventweave_extract_models.py")
+    em = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(em)
+    assert em.pick(list(range(100)), 6, 3) == [0, 1, 2, 97, 98, 99]
+
+    def make(llm):
+        b = FakeBackend()
+        swap = llm.model == "swapper"  # writes every turn's news as the other person's
+        b.responder = lambda r: {"events": [{"text": ("Bob" if "Ann:" in r.prompt.user.split("New turn:")[1]
+                                                     else "Ann") + " planted tomatoes" if swap else
+                                             "Ann planted cherry tomatoes in the garden", "when": ""}]} \
+            if r.stage == "ew-extract" else None
+        return b
+
+    saved = tmp_path / "em.json"
+    assert em.main(["--data", str(data), "--conversation", "tiny", "--models", "honest", "swapper", "--turns", "4",
+                    "--block", "2", "--save", str(saved)], make=make) == 0
+    got = {r["model"]: r for r in json.loads(saved.read_text())["rows"]}
+    assert got["honest"]["pairs"] == got["swapper"]["pairs"] == 4
+    assert got["swapper"]["dropped"].get("about another person", 0) >= 1
+    assert got["honest"]["kept"] + sum(got["honest"]["dropped"].values()) == got["honest"]["items"] == 4
+    assert not any(t in saved.read_text() for _, t in SESSION_1 + SESSION_2)
