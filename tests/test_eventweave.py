@@ -657,10 +657,15 @@ def test_the_demo_on_the_real_cpu_stack(tmp_path):
     import networkx as nx
 
     pytest.importorskip("llama_cpp")
-    cfg = load_config("cpu-fast", {"memory.systems": ["membox", "eventweave"], "retrieve.mode": "event-graph"})
+    from membox_local.backends.router import StageRouter
+
+    # the event graph's calls on an llama.cpp instance of their own (the same small model, another context size)
+    cfg = load_config("cpu-fast", {"memory.systems": ["membox", "eventweave"], "retrieve.mode": "event-graph",
+                                   "eventweave.llm": {"n_ctx": 3072}})
     msgs = load_jsonl(DEMO)
     with Memory(tmp_path / "real", cfg) as mem:
         mem.add(msgs, seal=True)
+        assert isinstance(mem.backend, StageRouter) and mem.backend.routes["ew-extract"] is not mem.backend.default
         conv = msgs[0].conversation_id
         pairs = mem.store.ew_pairs(conv)
         assert set(pairs) == {m.message_id for m in msgs}
