@@ -67,6 +67,24 @@ def _settings(tmp_path, data, **kw):
     return Settings(**base)
 
 
+def script(name: str):
+    """A benchmarks/ script loaded as a module (its logic tested on the doubles)."""
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location(name, Path(__file__).resolve().parent.parent / "benchmarks" /
+                                                  f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _event_graph_build(tmp_path, data):
+    """The tiny conversation's eventweave build (boxes filed, the event graph in full) under tmp_path/builds."""
+    run(_settings(tmp_path, data, config="eventweave", qa=False, modes=["event-graph"], build=False,
+                  boxes_only=True), backend=FakeBackend(), embedder=FakeEmbedder(), progress=False)
+
+
 def _lines(tmp_path):
     return [json.loads(l) for l in (tmp_path / "run" / "questions.jsonl").read_text().splitlines()]
 
@@ -337,15 +355,8 @@ def test_boxes_only_builds_the_other_systems_in_full_on_the_same_boxes(tmp_path,
 
 
 def test_fit_eventweave_runs_the_grid_on_the_builds_and_chooses_the_best(tmp_path, data):
-    import importlib.util
-    from pathlib import Path
-
-    spec = importlib.util.spec_from_file_location(
-        "fit_eventweave", Path(__file__).resolve().parent.parent / "benchmarks" / "fit_eventweave.py")
-    fit = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(fit)
-    run(_settings(tmp_path, data, config="eventweave", qa=False, modes=["event-graph"], build=False,
-                  boxes_only=True), backend=FakeBackend(), embedder=FakeEmbedder(), progress=False)
+    fit = script("fit_eventweave")
+    _event_graph_build(tmp_path, data)
     saved = tmp_path / "fit.json"
     assert fit.main(["--data", str(data), "--conversations", "tiny", "--builds", str(tmp_path / "builds"),
                      "--recency", "0", "0.5", "--pagerank", "0", "1", "--half-life", "2", "8",
@@ -365,18 +376,11 @@ def test_fit_eventweave_runs_the_grid_on_the_builds_and_chooses_the_best(tmp_pat
 
 
 def test_eventweave_backtracking_script_measures_the_builds_without_changing_them(tmp_path, data):
-    import importlib.util
-    from pathlib import Path
-
-    spec = importlib.util.spec_from_file_location(
-        "eventweave_backtracking", Path(__file__).resolve().parent.parent / "benchmarks" / "eventweave_backtracking.py")
-    bt = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bt)
+    bt = script("eventweave_backtracking")
     args = ["--data", str(data), "--conversations", "tiny", "--builds", str(tmp_path / "builds"), "--budget", "60"]
     with pytest.raises(SystemExit, match="no build of tiny"):
         bt.main(args, embedder=FakeEmbedder())
-    run(_settings(tmp_path, data, config="eventweave", qa=False, modes=["event-graph"], build=False,
-                  boxes_only=True), backend=FakeBackend(), embedder=FakeEmbedder(), progress=False)
+    _event_graph_build(tmp_path, data)
     db = tmp_path / "builds" / "eventweave" / "tiny" / "memory.db"
     before = db.read_bytes()
     saved = tmp_path / "bt.json"
@@ -391,15 +395,8 @@ def test_eventweave_backtracking_script_measures_the_builds_without_changing_the
 
 
 def test_next_turn_script_generates_both_conditions_resumes_and_saves_no_text(tmp_path, data):
-    import importlib.util
-    from pathlib import Path
-
-    spec = importlib.util.spec_from_file_location(
-        "next_turn", Path(__file__).resolve().parent.parent / "benchmarks" / "next_turn.py")
-    nt = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(nt)
-    run(_settings(tmp_path, data, config="eventweave", qa=False, modes=["event-graph"], build=False,
-                  boxes_only=True), backend=FakeBackend(), embedder=FakeEmbedder(), progress=False)
+    nt = script("next_turn")
+    _event_graph_build(tmp_path, data)
     saved, recs = tmp_path / "nt.json", tmp_path / "nt.jsonl"
     args = ["--data", str(data), "--conversations", "tiny", "--builds", str(tmp_path / "builds"), "--turns", "2",
             "--recent", "3", "--records", str(recs), "--save", str(saved)]
@@ -418,13 +415,7 @@ def test_next_turn_script_generates_both_conditions_resumes_and_saves_no_text(tm
 
 def test_answer_models_report_saves_only_the_questions_every_model_answered(tmp_path, data, capsys):
     import gzip
-    import importlib.util
-    from pathlib import Path
-
-    spec = importlib.util.spec_from_file_location(
-        "answer_models", Path(__file__).resolve().parent.parent / "benchmarks" / "answer_models.py")
-    am = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(am)
+    am = script("answer_models")
     backends = {"small": FakeBackend(), "large": FakeBackend()}
     run(_settings(tmp_path, data, modes=["box-hits"], build=False, boxes_only=True, answer_models=["small"],
                   out=str(tmp_path / "a")), embedder=FakeEmbedder(), progress=False, answer_backends=backends)
@@ -442,14 +433,7 @@ def test_answer_models_report_saves_only_the_questions_every_model_answered(tmp_
 
 
 def test_eventweave_extract_models_script_counts_what_each_model_keeps(tmp_path, data):
-    import importlib.util
-    from pathlib import Path
-
-    spec = importlib.util.spec_from_file_location(
-        "eventweave_extract_models", Path(__file__).resolve().parent.parent / "benchmarks" /
-        "eventweave_extract_models.py")
-    em = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(em)
+    em = script("eventweave_extract_models")
     assert em.pick(list(range(100)), 6, 3) == [0, 1, 2, 97, 98, 99]
 
     def make(llm):

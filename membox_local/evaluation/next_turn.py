@@ -42,9 +42,10 @@ def sample_targets(messages: Sequence[Message], n: int, recent: int = 6, min_rec
     return [candidates[int(i * len(candidates) / n)] for i in range(n)]
 
 
-def earlier_snapshot(memory, conversation_id: str, snap, before_seq: int):
+def earlier_snapshot(memory, conversation_id: str, snap, before_seq: int, graph=None):
     """The event-graph snapshot of what was said before `before_seq` only: events of earlier turns, those turns,
-    and PageRank over the graph's nodes that keep an event and the summaries of the sessions finished before."""
+    and PageRank over the graph's nodes that keep an event and the summaries of the sessions finished before.
+    `graph`: the conversation's ranking graph, when the caller has it already (read from the store otherwise)."""
     import networkx as nx
 
     from ..systems.eventweave_graph import networkx_graph
@@ -55,7 +56,7 @@ def earlier_snapshot(memory, conversation_id: str, snap, before_seq: int):
     for m in snap.messages.values():
         last[m.session] = max(last.get(m.session, -1), m.seq)
     finished = {session for session, seq in last.items() if seq < before_seq}
-    graph = networkx_graph(memory.store, conversation_id, ranking=True)
+    graph = graph if graph is not None else networkx_graph(memory.store, conversation_id, ranking=True)
     kept = [v for v, d in graph.nodes(data=True) if v in keep_nodes or (d.get("kind") == "summary"
                                                                        and d.get("sessions") in finished)]
     sub = graph.subgraph(kept)
@@ -93,7 +94,10 @@ def generate(memory, conversation_id: str, targets: Sequence[Target], backend, c
     unknown = [c for c in conditions if c not in ("none", "event-graph")]
     if unknown:
         raise ValueError(f"next-turn conditions {unknown}: only 'none' and 'event-graph' show nothing said later")
+    from ..systems.eventweave_graph import networkx_graph
+
     retriever = make_retriever("event-graph", memory) if "event-graph" in conditions else None
+    graph = networkx_graph(memory.store, conversation_id, ranking=True) if retriever else None  # read once
     seq = {m.message_id: m.seq for m in memory.store.messages(conversation_id)}
     out = []
     for t in targets:
@@ -103,7 +107,7 @@ def generate(memory, conversation_id: str, targets: Sequence[Target], backend, c
         for cond in conditions:
             context, tokens = "", 0
             if cond != "none":
-                part = earlier_snapshot(memory, conversation_id, retriever.snapshot(conversation_id), start)
+                part = earlier_snapshot(memory, conversation_id, retriever.snapshot(conversation_id), start, graph)
                 with retriever.reading(conversation_id, part):
                     ctx = retriever.retrieve(query, conversation_id, k, budget)
                 late = [i for i in ctx.message_ids if seq.get(i, start) >= start]
