@@ -30,7 +30,7 @@ LAYERS: list[tuple[str, set[str]]] = [
     ("applications", {"__init__", "execution.ray_engine", "show", "view", "compare", "cli", "evaluation", "graph_cli",
                       "api_models", "server", "mcp_server",
                       "evaluation.scorers", "evaluation.segmentation", "evaluation.locomo", "evaluation.results",
-                      "evaluation.integrity", "evaluation.backtracking", "evaluation.next_turn",
+                      "evaluation.integrity", "evaluation.backtracking", "evaluation.next_turn", "evaluation.bounded",
                       "fit", "fit.*"}),
 ]
 

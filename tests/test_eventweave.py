@@ -6,6 +6,8 @@ from __future__ import annotations
 import copy
 import json
 import re
+import tempfile
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -378,6 +380,46 @@ def test_bounded_memory_evicts_by_utility_and_never_splits_the_graph(tmp_path, c
         # the latest event's node is the most recent, never the one evicted for it
         last = mem.store.ew_last_woven(conv)
         assert last.node_id in u
+
+
+def test_bounded_recall_replays_the_built_graph_with_a_cap_in_a_copy(tmp_path, cfg):
+    from membox_local.evaluation.bounded import capped_recall
+
+    msgs = load_jsonl(DEMO)
+    conv = msgs[0].conversation_id
+    with Memory(tmp_path / "capped", ew_config(cfg, max_nodes=5), backend=FakeBackend(),
+                embedder=FakeEmbedder()) as mem:
+        mem.add(msgs, seal=True)
+        built_capped = canonical(mem.store, conv)
+    c = ew_config(cfg)
+    with Memory(tmp_path / "m", c, backend=FakeBackend(), embedder=FakeEmbedder()) as mem:
+        mem.add(msgs, seal=True)
+        whole = canonical(mem.store, conv)
+        nodes = len(mem.store.ew_nodes(conv))
+    db = tmp_path / "m" / "memory.db"
+    questions = [{"qid": 0, "question": "Which race did Maya sign up for?", "evidence": [msgs[1].message_id]},
+                 {"qid": 1, "question": "What is the name of Tom's cat?", "evidence": [msgs[-1].message_id]},
+                 {"qid": 2, "question": "No evidence", "evidence": []}]
+    rows = capped_recall(tmp_path / "m", c, conv, questions, caps=[0, 5], budgets=[60, 400], embedder=FakeEmbedder())
+    free, capped = rows
+    assert (free.cap, free.nodes, free.evicted_nodes, free.questions) == (0, nodes, 0, 2)
+    assert capped.nodes == 5 and capped.evicted_nodes == nodes - 5 and capped.events < free.events
+    assert set(free.recall) == {60, 400} and all(0.0 <= v <= 1.0 for r in rows for v in r.recall.values())
+    assert len(capped.per_question) == 2 * 2
+    with Memory(tmp_path / "m", c, embedder=FakeEmbedder()) as mem:
+        assert canonical(mem.store, conv) == whole  # the built memory is not written
+    # the replay with a cap weaves what a build with that cap wove (the summaries aside: a replay keeps them)
+    with tempfile.TemporaryDirectory() as tmp:
+        from membox_local.evaluation.bounded import copy_store
+        from membox_local.systems.eventweave_graph import GraphWeaver
+
+        copy_store(db, Path(tmp) / "memory.db")
+        capped_cfg = ew_config(cfg, max_nodes=5)
+        with Memory(Path(tmp), capped_cfg, embedder=FakeEmbedder()) as mem:
+            GraphWeaver(mem.store, capped_cfg.eventweave).rebuild(conv)
+            replayed = canonical(mem.store, conv)
+    assert {k: v for k, v in replayed.items() if k != "summaries"} == \
+        {k: v for k, v in built_capped.items() if k != "summaries"}
 
 
 def test_each_term_of_the_utility(ew):

@@ -85,6 +85,18 @@ def _event_graph_build(tmp_path, data):
                   boxes_only=True), backend=FakeBackend(), embedder=FakeEmbedder(), progress=False)
 
 
+def _graph_rows(db) -> dict:
+    """Every row of a build's event-graph tables (what a measurement must leave as it was)."""
+    import sqlite3
+
+    con = sqlite3.connect(str(db))
+    try:
+        tables = [r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table' AND name LIKE 'ew_%'")]
+        return {t: sorted(map(repr, con.execute(f"SELECT * FROM {t}"))) for t in tables}
+    finally:
+        con.close()
+
+
 def _lines(tmp_path):
     return [json.loads(l) for l in (tmp_path / "run" / "questions.jsonl").read_text().splitlines()]
 
@@ -110,6 +122,7 @@ def test_run_writes_records_summary_and_tables(tmp_path, data):
     assert saved["modes"]["turn-rag"]["qa"]["n"] == 4
     b = summary["builds"]["tiny"]
     assert b["utterances"] == 11 and b["boxes"] >= 2 and b["by_stage"]["extract"]["calls"] == b["boxes"]
+    assert b["time_by_stage"]["extract"]["calls"] == b["boxes"] and b["time_by_stage"]["extract"]["wall_s"] >= 0
     assert summary["evidence_issues"] == {"split": 1, "malformed": 1, "unknown": 1, "questions_without_evidence": 0}
     assert "Per conversation" not in md  # one conversation: the pooled table is its table
     two = {**summary, "per_conversation": {"tiny": summary["per_conversation"]["tiny"],
@@ -382,7 +395,7 @@ def test_eventweave_backtracking_script_measures_the_builds_without_changing_the
         bt.main(args, embedder=FakeEmbedder())
     _event_graph_build(tmp_path, data)
     db = tmp_path / "builds" / "eventweave" / "tiny" / "memory.db"
-    before = db.read_bytes()
+    before = _graph_rows(db)
     saved = tmp_path / "bt.json"
     assert bt.main(args + ["--pagerank", "0", "1", "--shares", "0.5", "1", "--seeds", "0", "1",
                            "--save", str(saved)], embedder=FakeEmbedder()) == 0
@@ -391,7 +404,55 @@ def test_eventweave_backtracking_script_measures_the_builds_without_changing_the
     assert all(p["intact"] == p["removed"] for r in got["rows"] if r["pagerank_weight"] == 0
                for p in r["per_question"])
     assert not any(q.get("question", "") in json.dumps(got) for q in QA)  # ids only: no dataset text
-    assert db.read_bytes() == before
+    assert _graph_rows(db) == before
+
+
+def test_eventweave_bounded_script_replays_the_builds_with_caps_and_saves_ids_only(tmp_path, data):
+    bd = script("eventweave_bounded")
+    args = ["--data", str(data), "--conversations", "tiny", "--builds", str(tmp_path / "builds"), "--budgets", "30",
+            "60"]
+    with pytest.raises(SystemExit, match="no build of tiny"):
+        bd.main(args, embedder=FakeEmbedder())
+    _event_graph_build(tmp_path, data)
+    db = tmp_path / "builds" / "eventweave" / "tiny" / "memory.db"
+    before = _graph_rows(db)
+    assert before["ew_nodes"] and before["ew_edges"]
+    saved = tmp_path / "bounded.json"
+    assert bd.main(args + ["--caps", "0", "1", "--save", str(saved)], embedder=FakeEmbedder()) == 0
+    got = json.loads(saved.read_text())
+    free, capped = got["rows"]
+    assert (free["cap"], capped["cap"], capped["nodes"]) == (0, 1, 1) and free["nodes"] > 1
+    assert capped["evicted_nodes"] == free["nodes"] - 1 and set(free["recall"]) == {"30", "60"}
+    assert len(got["table"]) == 2 + 2 and "| no cap |" in got["table"][2]
+    assert not any(q.get("question", "") in json.dumps(got) for q in QA)  # ids only: no dataset text
+    assert _graph_rows(db) == before  # replayed in a copy
+
+
+def test_eventweave_report_composes_recall_qa_and_build_cost_from_saved_results(tmp_path, data, capsys):
+    from membox_local.evaluation.results import save_results
+
+    rep = script("eventweave_report")
+    _event_graph_build(tmp_path, data)  # event-graph recall in tmp_path/run
+    run(_settings(tmp_path, data, config="eventweave", qa=False, modes=["box-hits", "chunk-rag"], build=False,
+                  boxes_only=True), backend=FakeBackend(), embedder=FakeEmbedder(), progress=False)
+    save_results([tmp_path / "run"], tmp_path / "ew.jsonl.gz", "2026-12-03")
+    qa = dict(k=[10], budgets=[60], qa_k=10, qa_budget=60, build=False, boxes_only=True)
+    run(_settings(tmp_path, data, config="eventweave", modes=["event-graph"], out=str(tmp_path / "qa"), **qa),
+        backend=FakeBackend(), embedder=FakeEmbedder(), progress=False)
+    save_results([tmp_path / "qa"], tmp_path / "qa.jsonl.gz", "2026-12-03")
+    run(_settings(tmp_path, data, modes=["box-hits"], out=str(tmp_path / "bh"), answer_models=["small"], **qa),
+        backend=FakeBackend(), embedder=FakeEmbedder(), progress=False, answer_backends={"small": FakeBackend()})
+    save_results([tmp_path / "bh"], tmp_path / "answers.jsonl.gz", "2026-12-03")
+    assert rep.main(["--data", str(data), "--recall", str(tmp_path / "ew.jsonl.gz"), "--compact",
+                     str(tmp_path / "none.jsonl.gz"), "--qa", str(tmp_path / "qa.jsonl.gz"), "--answers",
+                     str(tmp_path / "answers.jsonl.gz"), "--answerer", "small", "--budgets", "30", "60",
+                     "--modes", "event-graph", "box-hits", "chunk-rag"]) == 0
+    out = capsys.readouterr().out
+    recall, answers, cost = out.strip().split("\n\n")
+    assert [l.split(" | ")[0] for l in recall.splitlines()[2:]] == ["| event-graph", "| box-hits", "| chunk-rag"]
+    rows = answers.splitlines()[2:]
+    assert [r.split(" | ")[:2] for r in rows] == [["| box-hits", "4"], ["| event-graph", "4"]]
+    assert cost.splitlines()[2].startswith("| EventWeave") and "| 11 |" in cost.splitlines()[2]
 
 
 def test_next_turn_script_generates_both_conditions_resumes_and_saves_no_text(tmp_path, data):

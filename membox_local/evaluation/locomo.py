@@ -292,6 +292,9 @@ def build_stats(mem, conv: str) -> dict[str, Any]:
                          "tokens_per_utterance": round((u["prompt_tokens"] + u["completion_tokens"]) / n, 1)}
                      for s, u in usage.items()},
         "build_wall_s": float(mem.store.get_meta("build_wall_s", "0")),
+        # the driver's seconds and calls by stage, summed over every run of the build (a resumed one adds up)
+        "time_by_stage": {s: {"wall_s": round(t["wall_s"], 1), "calls": t["calls"]}
+                          for s, t in mem.store.build_time_by_stage(conv).items()},
     }
 
 
