@@ -132,6 +132,7 @@ def resolve_phrase(match: re.Match, base: date) -> str | None:
     return fmt(_weekday(base, what, which))
 
 
+@lru_cache(maxsize=1 << 16)  # a pure function of two strings; retrieval shows the same turns again and again
 def resolve_relative(text: str, session_date: str) -> str:
     """`text` with each relative time phrase followed by its absolute date in parentheses."""
     base = parse_session_date(session_date)

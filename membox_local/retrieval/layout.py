@@ -88,10 +88,16 @@ class Layout:
         self.groups: set[Hashable] = set()
         self.subgroups: set[Hashable] = set()
         self.tokens = 0
+        self._line_tokens: dict[Message, int] = {}  # a message's rendered tokens (a mode may price it many times)
+
+    def line_tokens(self, m: Message) -> int:
+        if m not in self._line_tokens:
+            self._line_tokens[m] = count_tokens(self.render(m))
+        return self._line_tokens[m]
 
     def cost(self, msgs: Sequence[Message]) -> int:
         new_groups = {self.group(m): m for m in msgs if self.group(m) not in self.groups}
-        cost = sum(count_tokens(self.render(m)) for m in msgs) + \
+        cost = sum(self.line_tokens(m) for m in msgs) + \
             sum(count_tokens(self.header(m)) for m in new_groups.values())
         if self.subgroup is not None:
             new_subs = {self.subgroup(m): m for m in msgs if self.subgroup(m) not in self.subgroups}
