@@ -14,6 +14,7 @@ import time
 import zlib
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+import numpy as np
 import pytest
 
 import fake_vllm
@@ -375,6 +376,30 @@ def test_llamacpp_grammar_first_check_writes_what_the_whole_vocabulary_grammar_w
         assert isinstance(w, (JsonResult, StructuredOutputError)) and type(c) is type(w) and type(a) is type(w)
         assert c.raw == w.raw == a.raw and c.raw
         assert c.usage.completion_tokens == w.usage.completion_tokens
+
+
+def test_llamacpp_json_strings_refuse_raw_control_characters(llamacpp_backend):
+    """llama-cpp-python's JSON-schema converter lets a raw newline into a string (the output then is not JSON: an
+    EventWeave summary failed so); the backend's grammar keeps JSON's string characters, on the real vocabulary."""
+    from membox_local.backends.llamacpp import GrammarSampler, json_gbnf
+
+    schema = {"type": "object", "properties": {"s": {"type": "string", "maxLength": 40}}, "required": ["s"]}
+    assert 'char ::= [^"\\\\\\x7F\\x00-\\x1F]' in json_gbnf(schema)
+    b = llamacpp_backend
+    for kind in ("checked", "whole"):
+        g = GrammarSampler(b._proto("control-characters", schema), b.llm.n_vocab())
+        try:
+            for t in b.tokenize('{"s": "one', special=False):
+                assert g.accepts(t)
+                g.accept(t)
+            refused = [b.tokenize(c, special=False) for c in ("\n", "\t", "\r")]
+            assert all(len(t) == 1 and not g.accepts(t[0]) for t in refused)
+            assert g.accepts(b.tokenize(" two", special=False)[0])
+            if kind == "whole":  # constraining the vocabulary: no token holding a control character is left
+                allowed = np.flatnonzero(np.isfinite(g.constrain(np.zeros(b.llm.n_vocab(), dtype=np.float32))))
+                assert not any(set(b.llm.detokenize([int(t)])) & set(range(32)) for t in allowed)
+        finally:
+            g.close()
 
 
 def test_llamacpp_stage_contexts_give_each_stage_its_own_instance_up_to_the_cap():

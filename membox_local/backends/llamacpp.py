@@ -59,6 +59,21 @@ def check_gguf(path) -> None:
                            f"{GGUF_MAGIC!r}); name a GGUF file or a model in models/manifest.toml")
 
 
+# llama-cpp-python's port of llama.cpp's JSON-schema converter lets any character but a quote or a backslash into a
+# string (`char ::= [^"\\]`), so a raw newline could end up inside one and the output not parse as JSON (seen: an
+# EventWeave summary, "Invalid control character"). llama.cpp's own converter excludes the control characters.
+_LOOSE_CHAR = 'char ::= [^"\\\\] |'
+_JSON_CHAR = 'char ::= [^"\\\\\\x7F\\x00-\\x1F] |'
+
+
+def json_gbnf(schema: dict) -> str:
+    """The GBNF grammar of a JSON schema (llama-cpp-python's converter), with JSON's own string characters: no raw
+    control character inside a string."""
+    from llama_cpp.llama_grammar import json_schema_to_gbnf
+
+    return json_schema_to_gbnf(json.dumps(schema)).replace(_LOOSE_CHAR, _JSON_CHAR)
+
+
 def grammar_greedy(logits: np.ndarray, accepts: Callable[[int], bool],
                    constrain: Callable[[np.ndarray], np.ndarray]) -> int:
     """The greedy token under a grammar, found cheaply: the unconstrained best token, if the grammar accepts it
@@ -259,7 +274,7 @@ class LlamaCppBackend(Backend):
         if not self.cfg.grammar_check_first:
             from llama_cpp import LlamaGrammar
 
-            grammar = self._grammar(key, lambda: LlamaGrammar.from_json_schema(json.dumps(schema), verbose=False))
+            grammar = self._grammar(key, lambda: LlamaGrammar.from_string(json_gbnf(schema), verbose=False))
             return self._complete(prompt, max_tokens, grammar, llm)
         return self._complete_checked(prompt, max_tokens, self._proto(key, schema), llm)
 
@@ -267,9 +282,9 @@ class LlamaCppBackend(Backend):
         """The schema's grammar parsed once into a llama.cpp grammar sampler (a prototype that requests clone)."""
         if key not in self._protos:
             import llama_cpp
-            from llama_cpp.llama_grammar import LLAMA_GRAMMAR_DEFAULT_ROOT, json_schema_to_gbnf
+            from llama_cpp.llama_grammar import LLAMA_GRAMMAR_DEFAULT_ROOT
 
-            gbnf = json_schema_to_gbnf(json.dumps(schema))
+            gbnf = json_gbnf(schema)
             proto = llama_cpp.llama_sampler_init_grammar(self.llm._model.vocab, gbnf.encode("utf-8"),
                                                          LLAMA_GRAMMAR_DEFAULT_ROOT.encode("utf-8"))
             if not proto:
