@@ -51,10 +51,10 @@ def main(argv: list[str] | None = None, embedder=None) -> int:
                                                          "questions_without_evidence": 0})
         for r in capped_recall(path, cfg, conv, questions, a.caps, a.budgets, a.mode, embedder=embedder):
             out.append({"conversation": conv, "cap": r.cap, "nodes": r.nodes, "events": r.events,
-                        "evicted_nodes": r.evicted_nodes, "questions": r.questions,
+                        "evicted_nodes": r.evicted_nodes, "questions": r.questions, "reachable": r.reachable,
                         "recall": {str(b): v for b, v in r.recall.items()}, "per_question": r.per_question})
-    lines = ["| max_nodes | nodes (per conversation) | events | questions | "
-             + " | ".join(f"recall @{b}" for b in a.budgets) + " |", "|---" * (4 + len(a.budgets)) + "|"]
+    lines = ["| max_nodes | nodes (per conversation) | events | questions | evidence turns a source of an event | "
+             + " | ".join(f"recall @{b}" for b in a.budgets) + " |", "|---" * (5 + len(a.budgets)) + "|"]
     for cap in a.caps:
         rows = [r for r in out if r["cap"] == cap]
         per = [p for r in rows for p in r["per_question"]]
@@ -62,8 +62,10 @@ def main(argv: list[str] | None = None, embedder=None) -> int:
         for b in a.budgets:
             got = [p["recall"] for p in per if p["budget"] == b and p["recall"] is not None]
             cells.append(f"{100 * sum(got) / max(len(got), 1):.1f}")
+        n = sum(r["questions"] for r in rows)
+        reach = sum(r["reachable"] * r["questions"] for r in rows if r["reachable"] is not None) / max(n, 1)
         lines.append(f"| {cap or 'no cap'} | {' / '.join(str(r['nodes']) for r in rows)} | "
-                     f"{sum(r['events'] for r in rows)} | {sum(r['questions'] for r in rows)} | {' | '.join(cells)} |")
+                     f"{sum(r['events'] for r in rows)} | {n} | {100 * reach:.1f} | {' | '.join(cells)} |")
     print("\n".join(lines))
     if a.save:
         Path(a.save).write_text(json.dumps({

@@ -405,6 +405,7 @@ def test_bounded_recall_replays_the_built_graph_with_a_cap_in_a_copy(tmp_path, c
     assert (free.cap, free.nodes, free.evicted_nodes, free.questions) == (0, nodes, 0, 2)
     assert capped.nodes == 5 and capped.evicted_nodes == nodes - 5 and capped.events < free.events
     assert set(free.recall) == {60, 400} and all(0.0 <= v <= 1.0 for r in rows for v in r.recall.values())
+    assert 0.0 <= capped.reachable <= free.reachable <= 1.0  # an evicted node's events take their turns along
     assert len(capped.per_question) == 2 * 2
     with Memory(tmp_path / "m", c, embedder=FakeEmbedder()) as mem:
         assert canonical(mem.store, conv) == whole  # the built memory is not written

@@ -23,6 +23,7 @@ class BoundedRow:
     events: int  # events left (an evicted node's events go with it)
     evicted_nodes: int
     questions: int  # questions with evidence
+    reachable: float | None = None  # share of their evidence messages that are a source turn of a kept event
     recall: dict[int, float | None] = field(default_factory=dict)  # budget -> mean evidence recall
     per_question: list[dict] = field(default_factory=list)  # {"qid", "budget", "recall"}
 
@@ -63,6 +64,9 @@ def capped_recall(path: Path, config, conversation_id: str, questions: Sequence[
                 row = BoundedRow(cap, len(mem.store.ew_nodes(conversation_id)),
                                  len(mem.store.ew_events(conversation_id, woven=True)),
                                  counters(mem.store, conversation_id).get("evicted_nodes", 0) - before, len(asked))
+                sources = {m for e in mem.store.ew_events(conversation_id, woven=True) for m in e.sources}
+                evidence = [m for q in asked for m in q["evidence"]]
+                row.reachable = round(sum(m in sources for m in evidence) / len(evidence), 4) if evidence else None
                 for budget in budgets:
                     got = []
                     for q in asked:
