@@ -650,3 +650,13 @@ class Store:
             except sqlite3.OperationalError:
                 return False
             return busy == 0
+
+
+def copy_db(src: Path, dst: Path) -> None:
+    """A consistent copy of a (possibly WAL-mode) SQLite database file, written at `dst` (SQLite's backup API)."""
+    a, b = sqlite3.connect(str(src)), sqlite3.connect(str(dst))
+    try:
+        a.backup(b)
+    finally:
+        a.close()
+        b.close()

@@ -411,10 +411,10 @@ def test_bounded_recall_replays_the_built_graph_with_a_cap_in_a_copy(tmp_path, c
         assert canonical(mem.store, conv) == whole  # the built memory is not written
     # the replay with a cap weaves what a build with that cap wove (the summaries aside: a replay keeps them)
     with tempfile.TemporaryDirectory() as tmp:
-        from membox_local.evaluation.bounded import copy_store
+        from membox_local.store import copy_db
         from membox_local.systems.eventweave_graph import GraphWeaver
 
-        copy_store(db, Path(tmp) / "memory.db")
+        copy_db(db, Path(tmp) / "memory.db")
         capped_cfg = ew_config(cfg, max_nodes=5)
         with Memory(Path(tmp), capped_cfg, embedder=FakeEmbedder()) as mem:
             GraphWeaver(mem.store, capped_cfg.eventweave).rebuild(conv)

@@ -28,24 +28,13 @@ class BoundedRow:
     per_question: list[dict] = field(default_factory=list)  # {"qid", "budget", "recall"}
 
 
-def copy_store(src: Path, dst: Path) -> None:
-    """A consistent copy of a (possibly WAL-mode) memory.db, written at `dst`."""
-    import sqlite3
-
-    a, b = sqlite3.connect(str(src)), sqlite3.connect(str(dst))
-    try:
-        a.backup(b)
-    finally:
-        a.close()
-        b.close()
-
-
 def capped_recall(path: Path, config, conversation_id: str, questions: Sequence[dict], caps: Sequence[int],
                   budgets: Sequence[int], mode: str = "event-graph", embedder=None) -> list[BoundedRow]:
     """One row per cap for one conversation built in the memory folder `path` with `config` (its event graph
     complete). `questions`: dicts with "qid", "question" and "evidence" (message ids), as the LoCoMo harness reads
     them; questions without evidence are left out. A cap of 0 replays without one (the reference row)."""
     from ..memory import Memory
+    from ..store import copy_db
     from ..retrieval import make_retriever
     from ..systems.eventweave_graph import GraphWeaver, counters
 
@@ -53,7 +42,7 @@ def capped_recall(path: Path, config, conversation_id: str, questions: Sequence[
     rows = []
     for cap in caps:
         with tempfile.TemporaryDirectory() as tmp:
-            copy_store(Path(path) / "memory.db", Path(tmp) / "memory.db")
+            copy_db(Path(path) / "memory.db", Path(tmp) / "memory.db")
             c = copy.deepcopy(config)
             c.eventweave.max_nodes = cap
             mem = Memory(Path(tmp), c, embedder=embedder)

@@ -16,7 +16,6 @@ shards are merged into `TARGET/memory.db`, the store `membox ask` and `Memory(TA
 from __future__ import annotations
 
 import json
-import sqlite3
 import tempfile
 import time
 from pathlib import Path
@@ -25,7 +24,7 @@ from typing import Any, Callable, Sequence
 from ..config import Config
 from ..private import private_dir, write_private
 from ..records import Message
-from ..store import StoreError
+from ..store import StoreError, copy_db
 
 INSTALL = 'pip install "ray>=2.9"  (or: pip install -e ".[ray]")'
 MANIFEST = "shards.json"
@@ -43,12 +42,7 @@ def db_bytes(path: Path) -> bytes:
     """A consistent single-file copy of a (possibly WAL-mode) SQLite database."""
     with tempfile.TemporaryDirectory() as tmp:
         copy = Path(tmp) / "copy.db"
-        src, dst = sqlite3.connect(str(path)), sqlite3.connect(str(copy))
-        try:
-            src.backup(dst)
-        finally:
-            src.close()
-            dst.close()
+        copy_db(path, copy)
         return copy.read_bytes()
 
 
