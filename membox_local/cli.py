@@ -9,11 +9,13 @@ import sys
 import time
 from pathlib import Path
 
+from .argtypes import Parser, count, nonblank, number
 from .backends.base import BackendError
 from .config import ConfigError, load_config
 from .ingest import InputError, load_messages
 from .weights import ModelNotFound
 from .store import StoreError
+from .terminal import guarded_streams, unfiltered, visible
 
 DEMO_DATA = Path(__file__).parent / "data" / "demo.jsonl"
 DEMO_QUESTIONS = [
@@ -44,8 +46,6 @@ def _say(args, line: str) -> None:
 def cmd_build(args) -> int:
     from .memory import Memory, memory_config, preflight_models
 
-    if args.batch_size < 1 or (args.jobs is not None and args.jobs < 1):
-        raise InputError(f"--batch-size and --jobs must be at least 1 (got {args.batch_size}, {args.jobs})")
     messages = load_messages(args.data, args.conversations)  # validated in full before any write
     cfg = memory_config(args.store, args.config)  # no --config: the one the memory was built with, else cpu
     convs = list(dict.fromkeys(m.conversation_id for m in messages))
@@ -176,7 +176,7 @@ def _finish_build(mem, args, convs: list[str], wall_s: float, extra: dict) -> in
     print(json.dumps(stats, indent=2) if getattr(args, "json", False) else build_summary(store, stats, convs))
     for comp in mem.components:
         for line in comp.warnings(convs):
-            print(f"warning: {line}", file=sys.stderr)
+            print(f"warning: {visible(line)}", file=sys.stderr)
     counts = [comp.failures(convs) for comp in mem.components]
     failed, total = sum(c[0] for c in counts), sum(c[1] for c in counts)
     limit = mem.config.extract.max_failed_share
@@ -212,8 +212,6 @@ def cmd_probe(args) -> int:
     from .memory import preflight_models
     from .profile import backend_label, probe
 
-    if args.jobs < 1 or args.repeats < 1:
-        raise InputError(f"--jobs and --repeats must be at least 1 (got {args.jobs}, {args.repeats})")
     cfg = load_config(args.config)
     preflight_models(cfg, embedder=False)
     pool = _local_backend(cfg, args.jobs)
@@ -253,16 +251,17 @@ def _ask(mem, args) -> None:
     if args.mode is not None and args.mode not in mem.modes():
         raise InputError(f"--mode {args.mode} reads a memory system {args.store} does not build (it builds "
                          f"{', '.join(mem.config.memory.systems)}); its modes: {', '.join(mem.modes())}")
+    _require_conversation(mem.store, args.conversation)
     for q in args.question:
         ans = mem.answer(q, args.conversation, mode=args.mode, k=args.k, budget_tokens=args.budget)
         if args.json:
             print(json.dumps({"question": q, "answer": ans.text, "boxes": ans.context.box_ids,
                               "context_tokens": ans.context.tokens}))
             continue
-        print(f"Q: {q}\nA: {ans.text}")
+        print(f"Q: {visible(q)}\nA: {visible(ans.text)}")
         print(f"   from boxes {ans.context.box_ids} ({ans.context.tokens} context tokens)")
         if args.verbose:
-            print("   " + ans.context.text.replace("\n", "\n   "))
+            print("\n".join("   " + visible(line) for line in ans.context.text.split("\n")))
         print()
 
 
@@ -271,6 +270,7 @@ def cmd_show(args) -> int:
 
     _require_store(args.store)
     store = open_store(args.store)
+    _require_conversation(store, args.conversation)
     if getattr(args, "graph", False) or not hasattr(store, "boxes"):  # the event graph (an eventweave-only memory)
         from .graph_cli import print_graph
 
@@ -286,20 +286,22 @@ def cmd_show(args) -> int:
             continue
         first = box.messages[0].message_id if box.messages else "-"
         last = box.messages[-1].message_id if box.messages else "-"
-        print(f"box {box.id} [{box.conversation_id} {first}..{last}, {len(box.messages)} msgs, "
-              f"{box.session_date or 'session ' + box.session}] {box.status}")
+        print(f"box {box.id} [{visible(box.conversation_id)} {visible(first)}..{visible(last)}, "
+              f"{len(box.messages)} msgs, {visible(box.session_date or 'session ' + box.session)}] {box.status}")
         if box.topic:
-            print(f"  topic: {box.topic}")
+            print(f"  topic: {visible(box.topic)}")
         if box.keywords:
-            print(f"  keywords: {', '.join(box.keywords)}")
+            print(f"  keywords: {', '.join(visible(k) for k in box.keywords)}")
+        if getattr(box, "note", ""):
+            print(f"  note: {visible(box.note)}")
         for e in box.events:
             mark = "" if e.grounding >= 0.5 else f"  (weakly grounded: {e.grounding:.2f})"
-            print(f"  - {e.text}{mark}")
+            print(f"  - {visible(e.text)}{mark}")
         if box.error:
-            print(f"  error: {box.error}")
+            print(f"  error: {visible(box.error)}")
         if args.messages:
             for m in box.messages:
-                print(f"    {m.render()}")
+                print(f"    {visible(m.render())}")
     return 0
 
 
@@ -309,6 +311,7 @@ def cmd_forget(args) -> int:
     if args.messages is not None and not args.messages:
         raise InputError("--messages needs at least one message id (leave it out to forget the whole conversation)")
     with _open_memory(args) as mem:
+        _require_conversation(mem.store, args.conversation)
         n = mem.forget(args.conversation, args.messages)
     what = "conversation" if args.messages is None else "messages of conversation"
     print(f"forgot {what} {args.conversation}: {n['messages']} message(s), {n.get('boxes', 0)} box(es), "
@@ -353,7 +356,7 @@ def cmd_import(args) -> int:
 
 
 def _print_moved(what: str, counts: dict[str, int]) -> None:
-    print(f"{what} {counts['messages']} message(s), {counts['boxes']} box(es), {counts['traces']} trace(s) of "
+    print(f"{visible(what)} {counts['messages']} message(s), {counts['boxes']} box(es), {counts['traces']} trace(s) of "
           f"{counts['conversations']} conversation(s)", file=sys.stderr)
 
 
@@ -374,6 +377,17 @@ def cmd_demo(args) -> int:
     return 0
 
 
+def _require_conversation(store, conversation: str | None) -> None:
+    """An id the memory does not hold is refused, naming the ones it holds (never an answer from nothing)."""
+    if conversation is None:
+        return
+    convs = store.conversations()
+    if conversation not in convs:
+        shown = ", ".join(convs[:5]) + (", ..." if len(convs) > 5 else "") if convs else "none"
+        raise InputError(f"--conversation {conversation}: no such conversation in this memory (it holds "
+                         f"{len(convs)}: {shown})")
+
+
 def _require_store(path: str) -> None:
     if not (Path(path) / "memory.db").exists():
         raise InputError(f"{path}: no memory here; create one with `membox build DATA --store {path}`")
@@ -387,7 +401,7 @@ def build_parser() -> argparse.ArgumentParser:
     from . import __version__
     from .retrieval import RETRIEVERS
 
-    p = argparse.ArgumentParser(prog="membox", description="Topic-continuity memory on local models.")
+    p = Parser(prog="membox", description="Topic-continuity memory on local models.")
     p.add_argument("--version", action="version", version=f"membox {__version__}")
     sub = p.add_subparsers(dest="cmd", required=True)
 
@@ -397,17 +411,17 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--config", help=CONFIG_HELP)
     b.add_argument("--conversations", nargs="*", help="only these conversation ids")
     b.add_argument("--keep-open", action="store_true", help="leave each conversation's last box open")
-    b.add_argument("--batch-size", type=int, default=8,
+    b.add_argument("--batch-size", type=count(1), default=8,
                    help="conversations advanced together; their requests go to the model in one call per stage")
-    b.add_argument("--jobs", type=int, default=None,
+    b.add_argument("--jobs", type=count(1), default=None,
                    help="local engine: llama.cpp model instances (default: one per core when several "
                         "conversations are built, else 1); ray engine: actors (= store shards, default 1)")
     b.add_argument("--engine", choices=("local", "ray"), default="local",
                    help="ray: shard conversations over Ray actors (pip install -e '.[ray]')")
     b.add_argument("--ray-address", help="Ray cluster to join (e.g. auto); default: start a local one")
     b.add_argument("--shard-dir", help="ray: node-local folder for shards when nodes share no disk")
-    b.add_argument("--cpus-per-job", type=float, default=1, help="ray: CPUs each actor reserves")
-    b.add_argument("--gpus-per-job", type=float, default=0, help="ray: GPUs each actor reserves (vLLM: 1)")
+    b.add_argument("--cpus-per-job", type=number(0, low_open=True), default=1, help="ray: CPUs each actor reserves")
+    b.add_argument("--gpus-per-job", type=number(0), default=0, help="ray: GPUs each actor reserves (vLLM: 1)")
     b.add_argument("--profile", action="store_true",
                    help="after the build, measure the model's ceiling and print seconds, calls, tokens, tokens/s "
                         "and share of the ceiling per stage (also in the stats, as \"profile\")")
@@ -418,9 +432,9 @@ def build_parser() -> argparse.ArgumentParser:
     pr = sub.add_parser("probe", help="measure the config's model here: prompt and generation tokens per second "
                                       "(the ceiling `membox build --profile` compares with)")
     pr.add_argument("--config", default="cpu", help="config name in configs/ or a .toml path")
-    pr.add_argument("--jobs", type=int, default=1,
+    pr.add_argument("--jobs", type=count(1), default=1,
                     help="llama.cpp instances sharing the cores, as `membox build --jobs` (one prompt each per call)")
-    pr.add_argument("--repeats", type=int, default=2, help="tries of each measure, the best kept")
+    pr.add_argument("--repeats", type=count(1), default=2, help="tries of each measure, the best kept")
     pr.add_argument("--json", action="store_true", help="print the measures as JSON")
     pr.set_defaults(func=cmd_probe)
 
@@ -428,18 +442,18 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("store", help="memory folder (built by `membox build`)")
     a.add_argument("question", nargs="+", help="one or more questions, each answered in turn")
     a.add_argument("--config", help=CONFIG_HELP + "; its answering model may differ, its build settings may not")
-    a.add_argument("--conversation", help="conversation id (needed when the memory holds several)")
+    a.add_argument("--conversation", type=nonblank, help="conversation id (needed when the memory holds several)")
     a.add_argument("--mode", choices=sorted(RETRIEVERS), metavar="MODE",
                    help=f"retrieval mode: {', '.join(sorted(RETRIEVERS))} (default: the config's [retrieve] mode)")
-    a.add_argument("-k", type=int, help="boxes, messages or events retrieved at most (default: the config's)")
-    a.add_argument("--budget", type=int, help="context token budget (default: the config's)")
+    a.add_argument("-k", type=count(1), help="boxes, messages or events retrieved at most (default: the config's)")
+    a.add_argument("--budget", type=count(1), help="context token budget (default: the config's)")
     a.add_argument("--json", action="store_true", help="one JSON object per question (answer, boxes, tokens)")
     a.add_argument("-v", "--verbose", action="store_true", help="print the context too")
     a.set_defaults(func=cmd_ask)
 
     s = sub.add_parser("show", help="print boxes with topics, keywords and events")
     s.add_argument("store", help="memory folder")
-    s.add_argument("--conversation", help="only this conversation (default: every one)")
+    s.add_argument("--conversation", type=nonblank, help="only this conversation (default: every one)")
     s.add_argument("--traces", action="store_true", help="print the traces (events followed across sessions)")
     s.add_argument("--failed", action="store_true", help="only boxes whose extraction (or weaving) failed")
     s.add_argument("--messages", action="store_true", help="print each box's messages")
@@ -449,7 +463,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     f = sub.add_parser("forget", help="erase a conversation or some of its messages, and all derived from them")
     f.add_argument("store", help="memory folder")
-    f.add_argument("--conversation", required=True, help="conversation id")
+    f.add_argument("--conversation", type=nonblank, required=True, help="conversation id")
     f.add_argument("--messages", nargs="*", metavar="ID",
                    help="only these message ids (default: the whole conversation)")
     f.add_argument("--config", help=CONFIG_HELP)
@@ -485,12 +499,35 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    try:
-        return args.func(args)
-    except (InputError, ConfigError, ModelNotFound, StoreError, BackendError) as exc:
-        print(f"error: {one_line(str(exc))}", file=sys.stderr)
-        return 2
+    with guarded_streams():  # no raw control character from data reaches the terminal (terminal.py)
+        args = build_parser().parse_args(argv)
+        try:
+            return args.func(args)
+        except (InputError, ConfigError, ModelNotFound, StoreError, BackendError) as exc:
+            print(f"error: {one_line(str(exc))}", file=sys.stderr)
+            return 2
+        except KeyboardInterrupt:
+            print(f"\ninterrupted: {interrupted(args, argv)}", file=sys.stderr)
+            return 130  # the shell's status for a command ended by SIGINT
+
+
+# What Ctrl-C leaves behind, per command: every command writes in transactions (a build files message by message,
+# an import is one transaction, an export file appears whole or not at all), so nothing stored is lost.
+RESUMABLE = {
+    "build": "what was filed is stored in {store}; rerun the same command to go on from there: {again}",
+    "eval": "results so far are saved; rerun the same command to go on from there: {again}",
+    "import": "nothing was imported ({store} is as it was); rerun the same command: {again}",
+    "serve": "the server stopped; every memory written so far is stored",
+    "mcp": "the server stopped; every memory written so far is stored",
+    "forget": "an erasure is one transaction: done or not begun (`membox show` tells); to be sure: {again}",
+}
+
+
+def interrupted(args, argv: list[str] | None) -> str:
+    """The one line said on Ctrl-C: what was stored and the command that resumes."""
+    again = "membox " + shlex.join(sys.argv[1:] if argv is None else argv)
+    line = RESUMABLE.get(args.cmd, "nothing was changed; rerun the same command: {again}")
+    return visible(line.format(store=getattr(args, "store", None), again=again))
 
 
 def one_line(text: str) -> str:

@@ -24,6 +24,7 @@ from typing import Any, Sequence
 from .config import Config, load_config, parse_assignment
 from .ingest import load_messages
 from .records import Box, Message
+from .argtypes import count
 
 
 def _norm(text: str) -> str:
@@ -235,8 +236,8 @@ def add_parser(subparsers) -> None:
     p.add_argument("config_b", help="the config compared with it (name in configs/ or .toml path)")
     p.add_argument("--data", required=True, help="LoCoMo .json or messages .jsonl")
     p.add_argument("--conversations", nargs="*", help="only these conversation ids")
-    p.add_argument("--questions", type=int, default=10, help="LoCoMo questions per conversation (0: none)")
-    p.add_argument("-k", type=int, default=5, help="top-k boxes for the retrieval overlap")
+    p.add_argument("--questions", type=count(0), default=10, help="LoCoMo questions per conversation (0: none)")
+    p.add_argument("-k", type=count(1), default=5, help="top-k boxes for the retrieval overlap")
     p.add_argument("--set-a", nargs="*", default=[], metavar="KEY=VALUE",
                    help="change config A's keys, e.g. llm.backend=llamacpp llm.model=qwen2.5-coder-0.5b 'answer.llm={}'")
     p.add_argument("--set-b", nargs="*", default=[], metavar="KEY=VALUE", help="the same for config B")

@@ -126,6 +126,7 @@ def _conversation_lines(store: Store, conversation_id: str) -> list[dict]:
         out.append({"type": "box", "id": row["id"], "conversation_id": conversation_id, "session": row["session"],
                     "session_date": row["session_date"], "status": row["status"], "topic": row["topic"],
                     "keywords": json.loads(row["keywords"]), "error": row["error"], "woven": row["woven"],
+                    "note": row["note"],
                     "events": [{"id": e.id, "text": e.text, "date": e.date, "grounding": e.grounding}
                                for e in store.events_of_box(row["id"])]})
     for t in store.traces(conversation_id):
@@ -174,7 +175,7 @@ OBJECTS: Check = (lambda v: isinstance(v, list) and all(isinstance(x, dict) for 
 # the fields of each line type that message_from_record does not check
 FILING = {"seq": SEQ, "box_id": OPTIONAL_ID, "decision": OPTIONAL_TEXT, "score": OPTIONAL_NUMBER, "processed": FLAG}
 BOX = {"id": ID, "conversation_id": NAME, "session": TEXT, "session_date": TEXT, "status": STATUS, "topic": TEXT,
-       "keywords": KEYWORDS, "error": TEXT, "woven": FLAG, "events": OBJECTS}
+       "keywords": KEYWORDS, "error": TEXT, "woven": FLAG, "events": OBJECTS, "note": TEXT}
 EVENT = {"id": ID, "text": TEXT, "date": TEXT, "grounding": GROUNDING}
 TRACE = {"id": ID, "conversation_id": NAME, "summary": TEXT, "events": EVENT_IDS}
 MESSAGE_FIELDS = tuple(c for c in Store.MESSAGE_COLUMNS if c not in FILING)  # the message: message_from_record's
@@ -257,6 +258,7 @@ def _read_message(export: Export, lineno: int, rec: dict, where: str) -> None:
 
 
 def _read_box(export: Export, lineno: int, rec: dict, where: str) -> None:
+    rec.setdefault("note", "")  # exports written before boxes had a note (membox schema 1)
     _check_fields(rec, BOX, where, "box")
     for n, event in enumerate(rec["events"]):
         _check_fields(event, EVENT, where, f"box {rec['id']} event {n}")

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 from typing import TextIO
 
+from .terminal import visible_lines
 from .ingest import InputError
 from .store import built_systems
 
@@ -68,7 +69,7 @@ def format_graph(store, conversation_id: str | None = None) -> str:
 
 
 def print_graph(store, conversation_id: str | None = None, file: TextIO | None = None) -> None:
-    print(format_graph(store, conversation_id), file=file or sys.stdout)
+    print(visible_lines(format_graph(store, conversation_id)), file=file or sys.stdout)
 
 
 def export_graph(store, conversation_id: str, path: str | Path, fmt: str = "graphml") -> tuple[int, int]:

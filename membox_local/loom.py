@@ -8,9 +8,10 @@ before it are seen, never later messages.
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from typing import Callable, Iterable, Sequence
 
-from .backends.base import BackendError, JsonRequest
+from .backends.base import BackendError, JsonRequest, PromptTooLong
 from .config import Config, LoomConfig
 from .judges import Decision, Judge, make_judge
 from .prompts import extract_prompt, extract_schema
@@ -155,17 +156,33 @@ class Loom:
 
     # ---- extraction -----------------------------------------------------------------------------
     def extract(self, box: Box) -> Step:
+        """The box's record from the model. A box too long for the model's context is read from a bounded
+        excerpt (`excerpt`), said in the record's note; a prompt the backend still finds too long is cut to the
+        share it reports, at most EXCERPT_TRIES times, so that no box fails the same way on every rerun."""
         if not self.extracts:
             return box
         ec = self.cfg.extract
-        try:
-            res = yield JsonRequest(
-                extract_prompt(box.messages, box.session_date), extract_schema(ec), stage="extract",
-                max_tokens=ec.max_tokens, about=f"box {box.id}",
-            )
-        except BackendError as exc:
+        budget = excerpt_budget(self.cfg)
+        for _ in range(EXCERPT_TRIES):
+            messages, note = excerpt(box.messages, budget)
+            try:
+                res = yield JsonRequest(
+                    extract_prompt(messages, box.session_date), extract_schema(ec), stage="extract",
+                    max_tokens=ec.max_tokens, about=f"box {box.id}",
+                )
+                break
+            except PromptTooLong as exc:
+                budget = shrunk_budget(budget, sum(len(m.text) for m in messages), exc)
+                error = exc
+            except BackendError as exc:
+                error = exc
+                res = None
+                break
+        else:
+            res = None
+        if res is None:
             # Recorded, shown by `membox show` and the build summary, retried by the next build.
-            self.store.set_box_status(box.id, "failed", error=f"extraction failed: {exc}")
+            self.store.set_box_status(box.id, "failed", error=f"extraction failed: {error}")
             box.status = "failed"
             return box
         data = res.data
@@ -174,11 +191,66 @@ class Loom:
                   for text in _dedupe(data.get("events", []))]
         box.topic = data.get("topic", "").strip()
         box.keywords = _dedupe(data.get("keywords", []))
-        box.events = self.store.save_extraction(box.id, box.topic, box.keywords, events)
+        box.note = note
+        box.events = self.store.save_extraction(box.id, box.topic, box.keywords, events, note)
         box.status = "extracted"
         if self.after_extract is not None:
             yield from self.after_extract(box)
         return box
+
+
+# An extraction prompt holds the box's messages and about 300 tokens of instructions and schema. The box's text is
+# bounded in characters at CHARS_PER_TOKEN per token of the context left after those and the record's max_tokens:
+# English runs about 4 characters per token in Qwen's and SmolLM's tokenizers, so 3 leaves room; a text that
+# tokenizes worse (code, another script) is cut further when the backend says the prompt is too long.
+CHARS_PER_TOKEN = 3
+PROMPT_OVERHEAD_TOKENS = 300
+EXCERPT_TRIES = 3
+MIN_EXCERPT_CHARS = 200
+
+
+def excerpt_budget(cfg: Config) -> int:
+    """Characters of box text an extraction prompt may hold with this config's model context."""
+    room = cfg.llm.n_ctx - cfg.extract.max_tokens - PROMPT_OVERHEAD_TOKENS
+    return max(MIN_EXCERPT_CHARS, CHARS_PER_TOKEN * room)
+
+
+def shrunk_budget(budget: int, used: int, exc: PromptTooLong) -> int:
+    """The budget after the backend refused a prompt of `used` box characters: cut to the share of the context
+    the prompt overran by (with a margin), or halved where the backend did not say by how much."""
+    if exc.tokens and exc.limit and exc.tokens > exc.limit:
+        share = 0.9 * exc.limit / exc.tokens
+    else:
+        share = 0.5
+    return max(MIN_EXCERPT_CHARS, int(min(budget, used) * share))
+
+
+def excerpt(messages: Sequence[Message], budget: int) -> tuple[list[Message], str]:
+    """The messages as they are when their texts fit `budget` characters, else each over its fair share cut to
+    its head and tail around " [...] " (short messages kept whole, the rest of the budget shared among the long
+    ones); the note names each message cut and by how much ("" when none was)."""
+    lengths = [len(m.text) for m in messages]
+    if sum(lengths) <= budget:
+        return list(messages), ""
+    share, rest = budget, sorted(lengths)  # the largest per-message cap c with sum(min(len, c)) <= budget
+    for i, n in enumerate(rest):
+        cap = share // (len(rest) - i)
+        if n > cap:
+            share = cap
+            break
+        share -= n
+    else:
+        share = max(rest)
+    out, cut = [], []
+    for m in messages:
+        if len(m.text) <= share:
+            out.append(m)
+            continue
+        head = max(1, share * 2 // 3)
+        tail = max(0, share - head)
+        out.append(replace(m, text=m.text[:head] + " [...] " + (m.text[-tail:] if tail else "")))
+        cut.append(f"{m.message_id} ({len(m.text):,} -> {share:,} characters)")
+    return out, ("extracted from an excerpt, too long for the model's context: " + ", ".join(cut))
 
 
 def _dedupe(items: Iterable[str]) -> list[str]:

@@ -24,6 +24,7 @@ from .server import (DEFAULT_HOST, Guard, Service, api_key_from_env, check_bind,
                      open_service, run_app)
 from .store import StoreError
 from .weights import ModelNotFound
+from .argtypes import PORT
 
 DEFAULT_MCP_PORT = 8766  # beside `membox serve`'s 8765
 MCP_PATH = "/mcp"
@@ -132,6 +133,6 @@ def add_parser(subparsers) -> None:
                    help="stdio (default): for a client that launches the server; http: streamable HTTP at /mcp")
     p.add_argument("--host", default=DEFAULT_HOST, help="http: address to bind (any but this machine's needs "
                                                         "MEMBOX_API_KEY)")
-    p.add_argument("--port", type=int, default=DEFAULT_MCP_PORT, help="http: port")
+    p.add_argument("--port", type=PORT, default=DEFAULT_MCP_PORT, help="http: port")
     p.add_argument("--config", help=CONFIG_HELP)
     p.set_defaults(func=cmd_mcp)

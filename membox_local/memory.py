@@ -673,9 +673,12 @@ class Memory:
         if mode in RETRIEVERS and mode not in self.modes():
             raise ValueError(f"retrieval mode '{mode}' reads a memory system this config does not build; "
                              f"choose one of {self.modes()}")
+        for name, value in (("k", k), ("budget_tokens", budget_tokens)):
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+                raise InputError(f"{name} must be a whole number of at least 1 (got {value!r})")
         retriever = make_retriever(mode, self)
-        return retriever.retrieve(question, self._default_conversation(conversation_id, "retrieve"), k or rc.k,
-                                  budget_tokens or rc.budget_tokens)
+        return retriever.retrieve(question, self._default_conversation(conversation_id, "retrieve"),
+                                  rc.k if k is None else k, rc.budget_tokens if budget_tokens is None else budget_tokens)
 
     def answer(self, question: str, conversation_id: str | None = None, **kw) -> Answer:
         return self.answer_from(question, self.context(question, conversation_id, **kw), conversation_id)

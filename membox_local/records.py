@@ -52,6 +52,7 @@ class Box:
     keywords: list[str] = field(default_factory=list)
     events: list[Event] = field(default_factory=list)
     error: str = ""
+    note: str = ""  # what the record was made from when it is not the whole box (an excerpt of an over-long box)
 
     def text(self) -> str:
         return "\n".join(m.render() for m in self.messages)

@@ -48,6 +48,7 @@ from .ingest import InputError, as_messages
 from .memory import Memory, memory_config, open_store
 from .store import NotFound, StoreBusy, StoreError
 from .weights import ModelNotFound
+from .argtypes import PORT
 
 log = logging.getLogger("membox.serve")
 
@@ -651,6 +652,6 @@ def add_parser(subparsers) -> None:
     p.add_argument("store", help="memory folder (created if missing)")
     p.add_argument("--host", default=DEFAULT_HOST,
                    help=f"address to bind (default {DEFAULT_HOST}: this machine only; any other needs {API_KEY_ENV})")
-    p.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port to listen on (default {DEFAULT_PORT})")
+    p.add_argument("--port", type=PORT, default=DEFAULT_PORT, help=f"port to listen on (default {DEFAULT_PORT})")
     p.add_argument("--config", help=CONFIG_HELP)
     p.set_defaults(func=cmd_serve)

@@ -4,6 +4,7 @@ from __future__ import annotations
 import sys
 from typing import TextIO
 
+from .terminal import visible_lines
 from .store import Store
 
 
@@ -27,4 +28,4 @@ def format_traces(store: Store, conversation_id: str | None = None) -> str:
 
 
 def print_traces(store: Store, conversation_id: str | None = None, file: TextIO | None = None) -> None:
-    print(format_traces(store, conversation_id), file=file or sys.stdout)
+    print(visible_lines(format_traces(store, conversation_id)), file=file or sys.stdout)

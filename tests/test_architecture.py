@@ -12,7 +12,7 @@ PKG = Path(__file__).resolve().parent.parent / "membox_local"
 # Lowest first; a module may import its own layer and the ones before it. A module not listed fails the test,
 # so a new module gets a place here (a new memory system: its package goes beside `systems`).
 LAYERS: list[tuple[str, set[str]]] = [
-    ("data types and contracts", {"records", "requests", "backends.base", "dates", "private"}),
+    ("data types and contracts", {"records", "requests", "backends.base", "dates", "private", "terminal", "argtypes"}),
     ("retrieval contract", {"retrieval.base", "retrieval.layout"}),
     ("retrieval modes", {"retrieval", "retrieval.baselines", "retrieval.compact", "retrieval.boxhits",
                          "retrieval.eventgraph"}),

@@ -196,6 +196,8 @@ def test_cli_build_batches_and_resumes(tmp_path, monkeypatch, capsys):
     assert max(backend.batches) == 4
     assert main(["build", str(data), "--store", str(store), "--batch-size", "4", "--jobs", "1"]) == 0
     assert "0 to file" in capsys.readouterr().err
-    assert main(["build", str(data), "--store", str(store), "--batch-size", "0"]) == 2
+    with pytest.raises(SystemExit) as exc:  # refused by the option's type (argtypes.count), one line
+        main(["build", str(data), "--store", str(store), "--batch-size", "0"])
+    assert exc.value.code == 2
     assert main(["build", str(data), "--store", str(store), "--jobs", "2", "--engine", "ray", "--ray-address",
                  "nowhere:1"]) == 2  # a local-engine store is not resharded

@@ -9,6 +9,8 @@ from membox_local.retrieval.boxhits import HEADERS
 from membox_local.records import Event, Message
 from membox_local.retrieval import count_tokens, make_retriever
 
+pytestmark = pytest.mark.numeric  # scores through BLAS: rerun on another kernel (make test-numeric)
+
 # (session, date, topic, messages): each tuple is one box
 BOXES = [
     ("1", "8 May 2023", "garden tomatoes", [

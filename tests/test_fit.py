@@ -17,6 +17,8 @@ from membox_local.config import FEATURES, load_config
 from membox_local.fit import cache
 from membox_local.testing import FakeBackend, FakeEmbedder
 
+pytestmark = pytest.mark.numeric  # scores through BLAS: rerun on another kernel (make test-numeric)
+
 TOPICS = {
     "garden": "tomatoes garden plants soil watering seeds harvest sunshine compost roses",
     "cars": "car engine garage tyres mechanic brakes oil highway battery repair",

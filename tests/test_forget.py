@@ -202,7 +202,7 @@ def test_membox_forget_cli(memory, capsys):
 
     assert main(["forget", str(folder), "--conversation", "nobody"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("error: ") and "no conversation 'nobody'" in err[0]
+    assert len(err) == 1 and err[0].startswith("error: ") and "--conversation nobody: no such conversation" in err[0]
     assert main(["forget", str(folder / "missing"), "--conversation", CONV]) == 2
     assert "no memory here" in capsys.readouterr().err
     assert main(["forget", str(folder), "--conversation", CONV, "--messages"]) == 2

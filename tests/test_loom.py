@@ -9,6 +9,8 @@ from membox_local.records import Message
 
 from membox_local.testing import FakeBackend, FakeEmbedder
 
+pytestmark = pytest.mark.numeric  # scores through BLAS: rerun on another kernel (make test-numeric)
+
 
 def msgs(conv, rows, session="1", date="1 May 2024", start=0):
     return [Message(conv, f"m{start + i}", sp, t, session, date) for i, (sp, t) in enumerate(rows)]

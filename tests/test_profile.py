@@ -348,7 +348,9 @@ def test_cli_probe(capsys, doubles):
     assert main(["probe", "--json", "--repeats", "1"]) == 0
     got = json.loads(capsys.readouterr().out)
     assert got["pp_tok_s"] > 0 and got["tg_tok_s"] > 0 and got["copies"] == 1
-    assert main(["probe", "--repeats", "0"]) == 2
+    with pytest.raises(SystemExit) as exc:
+        main(["probe", "--repeats", "0"])
+    assert exc.value.code == 2
 
 
 @pytest.mark.integration

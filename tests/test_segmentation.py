@@ -18,6 +18,8 @@ from membox_local.records import Message
 
 from membox_local.testing import FakeBackend, FakeEmbedder
 
+pytestmark = pytest.mark.numeric  # scores through BLAS: rerun on another kernel (make test-numeric)
+
 GARDEN = ["I planted tomatoes in the garden today", "Nice, which tomatoes did you plant?",
           "Cherry tomatoes, the garden gets lots of sun", "Tomatoes love sun in a garden"]
 CARS = ["My car broke down on the highway", "Oh no, did the car need a tow truck?",

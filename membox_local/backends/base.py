@@ -107,6 +107,16 @@ class BackendError(RuntimeError):
     """A model call failed in a way the caller must see (never swallowed into an empty answer)."""
 
 
+class PromptTooLong(BackendError):
+    """The prompt and the tokens asked for do not fit the model's context window: the same request fails the same
+    way on every retry, so a caller shortens the prompt (Loom.extract) instead. `tokens` and `limit` in model tokens
+    (tokens None where the server did not say)."""
+
+    def __init__(self, message: str, tokens: int | None = None, limit: int | None = None):
+        super().__init__(message)
+        self.tokens, self.limit = tokens, limit
+
+
 class StructuredOutputError(BackendError):
     """The model's output did not parse as the requested JSON, even after retries."""
 

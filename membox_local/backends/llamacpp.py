@@ -22,7 +22,8 @@ from typing import Any, Callable
 import numpy as np
 
 from ..config import LLMConfig
-from .base import (Backend, BackendError, JsonRequest, JsonResult, LabelRequest, LabelResult, Prompt, label_distribution,
+from .base import (Backend, BackendError, JsonRequest, JsonResult, LabelRequest, LabelResult, Prompt, PromptTooLong,
+                   label_distribution,
                    ScoreRequest, ScoreResult, StructuredOutputError, TextRequest, TextResult, Usage,
                    fit_score_tokens, next_token_logprob, parse_json_output)
 
@@ -301,7 +302,8 @@ class LlamaCppBackend(Backend):
         llm = llm or self.llm
         tokens = self.prompt_tokens(prompt)
         if len(tokens) + max_tokens > llm.n_ctx():
-            raise ValueError(f"Requested tokens ({len(tokens) + max_tokens}) exceed context window of {llm.n_ctx()}")
+            raise PromptTooLong(f"{len(tokens)} prompt tokens + {max_tokens} to generate exceed the context window "
+                                f"of {llm.n_ctx()}", len(tokens) + max_tokens, llm.n_ctx())
         self._eval_from_cache(tokens, llm)
         vocab, n_vocab = llm._model.vocab, llm.n_vocab()
         g = GrammarSampler(proto, n_vocab)
@@ -373,6 +375,9 @@ class LlamaCppBackend(Backend):
             for _ in range(1 + max(0, self.cfg.max_retries)):
                 try:
                     raw, usage, finish = self._json_complete(req.prompt, req.max_tokens, key, req.schema, req.stage)
+                except PromptTooLong as exc:
+                    error = PromptTooLong(f"{req.stage}: {exc}", exc.tokens, exc.limit)
+                    break
                 except (ValueError, RuntimeError) as exc:  # e.g. a prompt longer than n_ctx: this request fails
                     error = BackendError(f"{req.stage}: llama.cpp failed: {exc}")
                     break

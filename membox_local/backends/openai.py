@@ -36,7 +36,7 @@ import numpy as np
 
 from ..config import ConfigError, EmbedderConfig, LLMConfig
 from .base import (Backend, BackendError, Embedder, JsonRequest, JsonResult, LabelRequest, LabelResult, Prompt,
-                   StructuredOutputError, TextRequest, TextResult, Usage, parse_json_output)
+                   PromptTooLong, StructuredOutputError, TextRequest, TextResult, Usage, parse_json_output)
 
 INSTALL = 'pip install "openai>=1.40"  (or: pip install -e ".[openai]")'
 TOP_LOGPROBS = 20  # the most the OpenAI API returns per token
@@ -254,6 +254,9 @@ class OpenAIBackend(Backend):
                                        f"({type(exc).__name__}: {exc})") from exc
                 self.sleep(self.backoff_s * 2 ** attempt)
             except openai.APIStatusError as exc:
+                if _context_overflow(exc):  # the caller shortens the prompt (Loom.extract); a retry would fail too
+                    raise PromptTooLong(f"{stage}: the prompt is too long for the server's model: "
+                                        f"{exc.message}") from exc
                 raise BackendError(f"{stage}: the server refused the request (HTTP {exc.status_code}): "
                                    f"{exc.message}") from exc
         raise AssertionError("unreachable")
@@ -344,3 +347,14 @@ class OpenAIEmbedder(Embedder):
             return np.zeros((0, self.dim), dtype=np.float32)
         return np.concatenate([self._embed(texts[i:i + self.batch_size])
                                for i in range(0, len(texts), self.batch_size)])
+
+
+def _context_overflow(exc) -> bool:
+    """A 400 saying the prompt does not fit the model's context: OpenAI's error code, or vLLM's and llama.cpp's
+    servers' wording."""
+    body = exc.body if isinstance(getattr(exc, "body", None), dict) else {}
+    err = body["error"] if isinstance(body.get("error"), dict) else body
+    code = err.get("code")
+    text = str(getattr(exc, "message", "")).lower()
+    return exc.status_code == 400 and (code == "context_length_exceeded" or "maximum context length" in text
+                                       or "exceeds the available context size" in text)

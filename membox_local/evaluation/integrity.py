@@ -43,6 +43,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from ..records import Message
+from ..argtypes import count, number
 
 STATUSES = ("open", "sealed", "extracted", "failed")
 INDEXES = ("boxes",)  # the vector indexes a box memory keeps beside its store (<name>.hnsw + <name>.ids.json)
@@ -779,9 +780,9 @@ def main(argv: list[str] | None = None) -> int:
     sub = p.add_subparsers(dest="cmd", required=True)
     w = sub.add_parser("worker", help="build (or resume) the crash harness's memory in STORE")
     w.add_argument("store")
-    w.add_argument("--call-ms", type=float, default=20.0)
-    w.add_argument("--conversations", type=int, default=2)
-    w.add_argument("--batch-size", type=int, default=2)
+    w.add_argument("--call-ms", type=number(0), default=20.0)
+    w.add_argument("--conversations", type=count(1), default=2)
+    w.add_argument("--batch-size", type=count(1), default=2)
     c = sub.add_parser("check", help="check a memory folder's tables (and, with --sync, its box index)")
     c.add_argument("store")
     c.add_argument("--config", default="cpu", help="with --sync: the config the memory was built with")

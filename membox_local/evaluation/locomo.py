@@ -31,6 +31,7 @@ from ..config import Config, load_config, parse_assignment
 from ..ingest import InputError, read_json
 from ..records import Message
 from .scorers import SCORERS, metric_names, score_all
+from ..argtypes import count
 
 DEFAULT_DATA = Path(os.environ.get("MEMBOX_DATA", "../shared/data")) / "locomo-dev.json"  # from a checkout
 DEFAULT_BUDGETS = (250, 500, 1000, 2000)
@@ -655,19 +656,19 @@ def add_parser(subparsers) -> None:
     p.add_argument("--config", default="cpu", help="config name in configs/ or a .toml path")
     p.add_argument("--conversations", nargs="*", help="sample ids (default: all in the file)")
     p.add_argument("--modes", nargs="*", help="retrieval modes (default: every registered mode)")
-    p.add_argument("--k", nargs="*", type=int, help="evidence recall at each k, no budget (default: config k)")
-    p.add_argument("--budgets", nargs="*", type=int, default=list(DEFAULT_BUDGETS),
+    p.add_argument("--k", nargs="*", type=count(1), help="evidence recall at each k, no budget (default: config k)")
+    p.add_argument("--budgets", nargs="*", type=count(1), default=list(DEFAULT_BUDGETS),
                    help="evidence recall at each context-token budget")
-    p.add_argument("--categories", nargs="*", type=int, default=list(DEFAULT_CATEGORIES),
+    p.add_argument("--categories", nargs="*", type=count(1, 5), default=list(DEFAULT_CATEGORIES),
                    help=f"LoCoMo question categories (1-5; default: {' '.join(map(str, DEFAULT_CATEGORIES))})")
     p.add_argument("--no-qa", action="store_true", help="retrieval metrics only (no answering model)")
-    p.add_argument("--qa-k", type=int, help="k for answering (default: config)")
-    p.add_argument("--qa-budget", type=int, help="context budget for answering (default: config)")
-    p.add_argument("--limit", type=int, default=0, help="at most this many questions per conversation")
-    p.add_argument("--stride", type=int, default=1, help="every N-th question only (a sample spread evenly)")
+    p.add_argument("--qa-k", type=count(1), help="k for answering (default: config)")
+    p.add_argument("--qa-budget", type=count(1), help="context budget for answering (default: config)")
+    p.add_argument("--limit", type=count(0), default=0, help="at most this many questions per conversation (0: all)")
+    p.add_argument("--stride", type=count(1), default=1, help="every N-th question only (a sample spread evenly)")
     p.add_argument("--out", help="run folder (default runs/locomo-<config>)")
     p.add_argument("--builds", default="runs/builds", help="where builds are cached, per config and conversation")
-    p.add_argument("--sessions", type=int, default=0,
+    p.add_argument("--sessions", type=count(0), default=0,
                    help="only the first N sessions of each conversation, and the questions whose evidence is there")
     p.add_argument("--boxes-only", action="store_true",
                    help="file messages into boxes with the config's judge but extract no box records (no language "
@@ -682,6 +683,6 @@ def add_parser(subparsers) -> None:
                    help="config keys for this run, e.g. retrieve.resolve_dates=false (TOML values); the build "
                         "folder stays the config's, so only settings that are not build settings belong here")
     p.add_argument("--quiet", action="store_true", help="no progress bars and no progress lines (for scripts)")
-    p.add_argument("--threads", type=int, default=0,
+    p.add_argument("--threads", type=count(0), default=0,
                    help="llama.cpp threads (default: the config's); 1 is much faster on an oversubscribed CPU")
     p.set_defaults(func=cmd_locomo)

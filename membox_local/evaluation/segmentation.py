@@ -21,6 +21,7 @@ from ..ingest import InputError, read_json
 from ..judges import JUDGES, Decision, Judge, make_judge
 from ..records import Message
 from ..requests import Step
+from ..argtypes import count
 
 
 @dataclass
@@ -262,7 +263,7 @@ def add_parser(subparsers) -> None:
     p.add_argument("--judge",
                    help=f"continuity judge: {', '.join(sorted(JUDGES))} (default: the config's [loom] judge)")
     p.add_argument("--config", default="cpu", help="config name in configs/ or a .toml path")
-    p.add_argument("--limit", type=int, help="only the first N dialogues")
+    p.add_argument("--limit", type=count(1), help="only the first N dialogues")
     p.add_argument("--set", action="append", metavar="SECTION.KEY=VALUE",
                    help="override a config value, e.g. --set loom.min_box_messages=1 (repeatable)")
     p.add_argument("--out", help="report folder (default runs/segmentation/<data>-<judge>)")

@@ -15,6 +15,7 @@ from typing import Any, Callable
 
 from ..backends.base import JsonRequest, LabelRequest, ScoreRequest, TextRequest
 from ..requests import Request
+from ..terminal import unfiltered, visible
 from .driver import Driver
 
 Describe = Callable[[str], None]
@@ -78,10 +79,11 @@ class Bar:
     def __init__(self, total: int | None, desc: str, unit: str = "turn", quiet: bool = False, leave: bool = True):
         from tqdm import tqdm
 
-        self.desc = desc
+        self.desc = visible(desc)  # descriptions name conversations and boxes: text from data
         self._said = ""
-        self.bar = tqdm(total=total, desc=desc, unit=unit, dynamic_ncols=True, file=sys.stderr, disable=quiet,
-                        leave=leave)
+        # the bar redraws itself with carriage returns: it writes under the command line's guard (terminal.py)
+        self.bar = tqdm(total=total, desc=self.desc, unit=unit, dynamic_ncols=True, file=unfiltered(sys.stderr),
+                        disable=quiet, leave=leave)
 
     def update(self, n: int = 1) -> None:
         self.bar.update(n)
@@ -89,13 +91,14 @@ class Bar:
     def describe(self, text: str) -> None:
         if text != self._said:
             self._said = text
+            text = visible(text)
             self.bar.set_description_str(f"{self.desc}: {text}" if self.desc else text)
 
     def reset(self, total: int | None = None) -> None:
         self.bar.reset(total=total)
 
     def set_postfix_str(self, text: str) -> None:
-        self.bar.set_postfix_str(text, refresh=False)
+        self.bar.set_postfix_str(visible(text), refresh=False)
 
     def close(self) -> None:
         self.bar.close()

@@ -17,6 +17,7 @@ Each subcommand's module holds its protocol; the shared pieces are cache, data, 
 from __future__ import annotations
 
 import argparse
+from ..argtypes import count
 
 COMMANDS = {  # subcommand -> (module, help)
     "embedding": ("embedding", "the embedding judge's threshold and the MiniLM-only hybrids (fit, choose, report)"),
@@ -64,31 +65,31 @@ def add_parser(subparsers) -> None:
         return sp
 
     e = command("embedding")
-    e.add_argument("--dialseg-limit", type=int, help="only the first N DialSeg711 dialogues")
+    e.add_argument("--dialseg-limit", type=count(1), help="only the first N DialSeg711 dialogues")
     e.add_argument("--choose-only", action="store_true",
                    help="only re-apply the selection rule to runs/segmentation/fit.json")
 
     h = command("hybrid")
-    h.add_argument("--train-limit", type=int, help="only the first N TIAGE-train dialogues")
-    h.add_argument("--dialseg-limit", type=int, help="only the first N DialSeg711 dialogues")
-    h.add_argument("--locomo-limit", type=int, default=60, help="first N messages of each LoCoMo conversation")
+    h.add_argument("--train-limit", type=count(1), help="only the first N TIAGE-train dialogues")
+    h.add_argument("--dialseg-limit", type=count(1), help="only the first N DialSeg711 dialogues")
+    h.add_argument("--locomo-limit", type=count(0), default=60, help="first N messages of each LoCoMo conversation")
     h.add_argument("--score-only", action="store_true", help="only compute and cache the scores")
-    h.add_argument("--history", type=int, help="loom.history for the *_conv features (default: the config's)")
+    h.add_argument("--history", type=count(1), help="loom.history for the *_conv features (default: the config's)")
     h.add_argument("--no-lm", action="store_true", help="MiniLM features only (no LLM scores): sets cos and all")
-    h.add_argument("--join", type=int, default=0, metavar="K",
+    h.add_argument("--join", type=count(0), default=0, metavar="K",
                    help="also fit on TIAGE-train dialogues joined K at a time, and choose on TIAGE dev as it is and "
                         "joined K at a time (DialSeg711's construction, from TIAGE only)")
 
     c = command("content")
-    c.add_argument("--dialseg-limit", type=int, default=0,
+    c.add_argument("--dialseg-limit", type=count(0), default=0,
                    help="first N DialSeg711 dialogues (reported only; default 0: all 711, every score is cached)")
-    c.add_argument("--locomo-limit", type=int, default=60,
+    c.add_argument("--locomo-limit", type=count(0), default=60,
                    help="first N messages of each LoCoMo conversation (0: none, and no box-size condition)")
-    c.add_argument("--locomo-report", type=int, default=200,
+    c.add_argument("--locomo-report", type=count(0), default=200,
                    help="LoCoMo box sizes are also reported on the first N messages of each conversation")
     c.add_argument("--lm", nargs="+", default=CONTENT_LM, choices=CONTENT_LM_CHOICES,
                    help=f"the LLM's features beside the content logit (default: {' '.join(CONTENT_LM)})")
-    c.add_argument("--lm-fold", type=int, default=100, metavar="N",
+    c.add_argument("--lm-fold", type=count(1), default=100, metavar="N",
                    help="TIAGE-train dialogues 0..N-1 fit the LLM's weight, the others the content model that "
                         "gives it its logit (out of fold; default 100)")
     c.add_argument("--compare", nargs="+", metavar="SPEC", default=None,
@@ -100,9 +101,9 @@ def add_parser(subparsers) -> None:
                    help="write configs/content/tiage-<embedder>.json (and keep the result, as --save)")
 
     s = command("switch")
-    s.add_argument("--dialseg-limit", type=int, default=125, help="first N DialSeg711 dialogues")
-    s.add_argument("--train-limit", type=int, default=100, help="first N TIAGE-train dialogues (switch fit)")
-    s.add_argument("--locomo-limit", type=int, default=200, help="first N messages of each LoCoMo conversation")
+    s.add_argument("--dialseg-limit", type=count(1), default=125, help="first N DialSeg711 dialogues")
+    s.add_argument("--train-limit", type=count(1), default=100, help="first N TIAGE-train dialogues (switch fit)")
+    s.add_argument("--locomo-limit", type=count(0), default=200, help="first N messages of each LoCoMo conversation")
 
     pr = command("prob", data=False)
     pr.add_argument("scored", help="output folder of `membox eval segmentation --judge llm-logprob "

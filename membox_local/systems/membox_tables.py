@@ -22,7 +22,8 @@ CREATE TABLE IF NOT EXISTS boxes (
     topic TEXT NOT NULL DEFAULT '',
     keywords TEXT NOT NULL DEFAULT '[]',
     error TEXT NOT NULL DEFAULT '',
-    woven INTEGER NOT NULL DEFAULT 0
+    woven INTEGER NOT NULL DEFAULT 0,
+    note TEXT NOT NULL DEFAULT ''
 );
 CREATE INDEX IF NOT EXISTS boxes_conv ON boxes (conversation_id, status);
 CREATE TABLE IF NOT EXISTS events (
@@ -54,7 +55,9 @@ class BoxTables:
 
     TABLES = "membox"
     SCHEMA = SCHEMA
-    SCHEMA_VERSION = 1
+    SCHEMA_VERSION = 2
+    # 2: boxes.note, what the record was made from when it is not the whole box (an excerpt of an over-long box)
+    COLUMNS_ADDED = {2: (("boxes", "note", "TEXT NOT NULL DEFAULT ''"),)}
     # how sharded builds are merged (store.merge_rules): table -> {column: the table whose ids it holds}
     ID_COLUMNS = {
         "messages": {"box_id": "boxes"},
@@ -108,8 +111,10 @@ class BoxTables:
         conv = self.db.execute("SELECT conversation_id FROM boxes WHERE id=?", (box_id,)).fetchone()[0]
         self.record(conv, event, box_id=box_id, detail=detail)
 
-    def save_extraction(self, box_id: int, topic: str, keywords: list[str], events: list[Event]) -> list[Event]:
-        """Write a box's record and its events in one transaction; returns the events with their ids."""
+    def save_extraction(self, box_id: int, topic: str, keywords: list[str], events: list[Event],
+                        note: str = "") -> list[Event]:
+        """Write a box's record and its events in one transaction; returns the events with their ids. `note`:
+        what the record was made from when it is not the whole box (Loom.extract's excerpt)."""
         stored = []
         with self.transaction():
             # extracted again: after an update or a forget dropped its record (an imported box's first is not here)
@@ -118,8 +123,8 @@ class BoxTables:
             self._record_box(box_id, "re-extract" if again else "extract", {"events": len(events)})
             self.db.execute("DELETE FROM events WHERE box_id=?", (box_id,))
             self.db.execute(
-                "UPDATE boxes SET topic=?, keywords=?, status='extracted', error='' WHERE id=?",
-                (topic, json.dumps(keywords), box_id),
+                "UPDATE boxes SET topic=?, keywords=?, status='extracted', error='', note=? WHERE id=?",
+                (topic, json.dumps(keywords), note, box_id),
             )
             for i, e in enumerate(events):
                 cur = self.db.execute(
@@ -133,7 +138,7 @@ class BoxTables:
         box = Box(
             id=row["id"], conversation_id=row["conversation_id"], session=row["session"],
             session_date=row["session_date"], status=row["status"], topic=row["topic"],
-            keywords=json.loads(row["keywords"]), error=row["error"],
+            keywords=json.loads(row["keywords"]), error=row["error"], note=row["note"],
         )
         if with_messages:
             rows = self.db.execute("SELECT * FROM messages WHERE box_id=? ORDER BY seq", (box.id,)).fetchall()
@@ -318,9 +323,9 @@ class BoxTables:
             for b in boxes:
                 self.db.execute(
                     "INSERT INTO boxes (id, conversation_id, session, session_date, status, topic, keywords, error, "
-                    "woven) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    "woven, note) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (b["id"], b["conversation_id"], b["session"], b["session_date"], b["status"], b["topic"],
-                     json.dumps(b["keywords"]), b["error"], b["woven"]))
+                     json.dumps(b["keywords"]), b["error"], b["woven"], b.get("note", "")))
                 for idx, e in enumerate(b["events"]):
                     self.db.execute(
                         "INSERT INTO events (id, box_id, conversation_id, idx, text, date, grounding) "

@@ -1,0 +1,109 @@
+"""Text from data on a terminal, with its control characters made visible.
+
+A speaker name, a message, a topic or an id comes from whoever wrote the conversation file. Printed raw, an escape
+sequence in it can retitle or clear the user's terminal, a carriage return can overwrite the line before it and a
+bidi override can show text in another order. Two layers keep them off the terminal:
+- `visible(text)`: one field made safe where it is printed (`membox show`, answers, progress descriptions, error
+  lines): every control character, bidi control, line separator and lone surrogate as its escape (`\\x1b`,
+  `\\u202e`), newlines included, so that a field stays on its own line;
+- `guarded_streams()`: the command line's stdout and stderr filtered as a last net: the same characters, except
+  newline and tab, written as JSON-style `\\uXXXX` escapes. A JSON document printed through it (`--json`,
+  `membox export`) still parses to the same text: json.dumps escapes C0 itself, and `\\u0085` in a string means
+  the character it replaced. The progress bar writes to the unfiltered stream (its own `\\r`), its texts through
+  `visible`. Files (`membox view -o`, `export -o`) are written as they are.
+"""
+from __future__ import annotations
+
+import io
+import sys
+import unicodedata
+from contextlib import contextmanager
+
+# bidi embeddings, overrides and isolates: reorder what follows them on screen
+BIDI = frozenset("\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069\u200e\u200f\u061c")
+
+
+def _unsafe(ch: str) -> bool:
+    if ch in BIDI:
+        return True
+    return unicodedata.category(ch) in ("Cc", "Cs", "Zl", "Zp")  # controls, lone surrogates, line/para separators
+
+
+def _escape(ch: str) -> str:
+    code = ord(ch)
+    return f"\\x{code:02x}" if code < 0x100 else (f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}")
+
+
+def visible(text: str) -> str:
+    """`text` with every control character (newline and tab too), bidi control and lone surrogate escaped."""
+    text = str(text)
+    if text.isprintable():  # the common case, fast (isprintable is False for every character escaped here)
+        return text
+    return "".join(_escape(c) if _unsafe(c) else c for c in text)
+
+
+def filtered(text: str) -> str:
+    """What the guarded streams write: newline and tab kept, the rest of `visible`'s set as `\\uXXXX`."""
+    if text.isprintable():
+        return text
+    return "".join(f"\\u{ord(c):04x}" if _unsafe(c) and c not in "\n\t" else c for c in text)
+
+
+def visible_lines(text: str) -> str:
+    """A printout of several lines with each line made `visible` (its own newlines kept)."""
+    return "\n".join(visible(line) for line in str(text).split("\n"))
+
+
+class GuardedStream(io.TextIOBase):
+    """A text stream that writes `filtered(text)` to `unfiltered`, the stream it wraps. It says it is no terminal
+    (isatty False), so that libraries writing to it (uvicorn's log) send no colour codes of their own."""
+
+    def __init__(self, stream):
+        super().__init__()
+        self.unfiltered = stream
+
+    def write(self, text: str) -> int:
+        self.unfiltered.write(filtered(text))
+        return len(text)
+
+    def flush(self) -> None:
+        self.unfiltered.flush()
+
+    def isatty(self) -> bool:
+        return False
+
+    def writable(self) -> bool:
+        return True
+
+    def fileno(self) -> int:
+        return self.unfiltered.fileno()
+
+    @property
+    def encoding(self):
+        return getattr(self.unfiltered, "encoding", "utf-8")
+
+    @property
+    def buffer(self):  # bytes written here bypass the filter: only for files meant to be written as they are
+        return self.unfiltered.buffer
+
+
+@contextmanager
+def guarded_streams():
+    """sys.stdout and sys.stderr filtered inside the block (a guarded stream is left as it is), then restored."""
+    saved = sys.stdout, sys.stderr
+    for name in ("stdout", "stderr"):
+        stream = getattr(sys, name)
+        if stream is not None and not isinstance(stream, GuardedStream):
+            setattr(sys, name, GuardedStream(stream))
+    try:
+        yield
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            if isinstance(stream, GuardedStream):
+                stream.flush()
+        sys.stdout, sys.stderr = saved
+
+
+def unfiltered(stream):
+    """The stream under a guard (the progress bar draws with its own carriage returns), or `stream` itself."""
+    return getattr(stream, "unfiltered", stream)
