@@ -80,7 +80,7 @@ def _first_seq(box: Box) -> tuple[int, int]:
 
 def box_data(box: Box, traces_of_event: dict[int, list[int]]) -> dict:
     return {"id": box.id, "session": box.session, "date": box.session_date, "status": box.status,
-            "topic": box.topic, "keywords": list(box.keywords), "error": box.error,
+            "topic": box.topic, "keywords": list(box.keywords), "error": box.error, "note": box.note,
             "messages": [{"id": m.message_id, "speaker": m.speaker, "text": m.text} for m in box.messages],
             "events": [event_data(e, traces_of_event.get(e.id, [])) for e in box.events]}
 
@@ -199,6 +199,7 @@ def band_html(box: dict, colours: dict[int, str]) -> str:
     keywords = "".join(f"<li>{esc(k)}</li>" for k in box["keywords"])
     events = "".join(event_html(e, colours, box["date"]) for e in box["events"])
     error = f'<p class="error">{esc(box["error"])}</p>' if box["error"] else ""
+    error += f'<p class="note">{esc(box["note"])}</p>' if box.get("note") else ""  # an excerpt's record
     return (f'<article class="box status-{esc(box["status"])}" data-box="{box["id"]}" tabindex="0" role="button" '
             f'aria-pressed="false">'
             f'<div class="box-head"><span class="box-id">#{box["id"]}</span> <h4 class="topic">{topic}</h4>'
@@ -338,6 +339,7 @@ svg.links { position: absolute; left: 0; top: 0; pointer-events: none; overflow:
 .event-date { font-size: 12px; }
 .weak { font-size: 11px; color: #b54708; }
 .error { margin: 4px 0 0; color: #b42318; font-size: 12px; white-space: pre-wrap; }
+.note { margin: 4px 0 0; color: var(--muted); font-size: 12px; }
 .dot { display: inline-block; width: 10px; height: 10px; border-radius: 50%; background: var(--c);
        margin-right: 5px; vertical-align: baseline; cursor: pointer; }
 .c0 { --c: #e6194b; } .c1 { --c: #3cb44b; } .c2 { --c: #4363d8; } .c3 { --c: #f58231; }
