@@ -18,8 +18,12 @@ class SentenceTransformerEmbedder(Embedder):
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
         from sentence_transformers import SentenceTransformer
+        from transformers.utils import logging as hf_logging
 
         path = resolve_model(cfg.model)
+        # transformers draws a "Loading weights" bar of its own, even under `--quiet`: a local file loads in
+        # milliseconds, and the command line's bar says what is going on
+        hf_logging.disable_progress_bar()
         self.model = SentenceTransformer(str(path), device=cfg.device)
         self.model_name = cfg.model
         dim_of = getattr(self.model, "get_embedding_dimension", None) or self.model.get_sentence_embedding_dimension
