@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import replace
-from typing import Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 from .backends.base import BackendError, JsonRequest, PromptTooLong
 from .config import Config, LoomConfig
@@ -157,32 +157,18 @@ class Loom:
     # ---- extraction -----------------------------------------------------------------------------
     def extract(self, box: Box) -> Step:
         """The box's record from the model. A box too long for the model's context is read from a bounded
-        excerpt (`excerpt`), said in the record's note; a prompt the backend still finds too long is cut to the
-        share it reports, at most EXCERPT_TRIES times, so that no box fails the same way on every rerun."""
+        excerpt (`excerpted_call`), said in the record's note."""
         if not self.extracts:
             return box
         ec = self.cfg.extract
-        budget = excerpt_budget(self.cfg)
-        for _ in range(EXCERPT_TRIES):
-            messages, note = excerpt(box.messages, budget)
-            try:
-                res = yield JsonRequest(
-                    extract_prompt(messages, box.session_date), extract_schema(ec), stage="extract",
-                    max_tokens=ec.max_tokens, about=f"box {box.id}",
-                )
-                break
-            except PromptTooLong as exc:
-                budget = shrunk_budget(budget, sum(len(m.text) for m in messages), exc)
-                error = exc
-            except BackendError as exc:
-                error = exc
-                res = None
-                break
-        else:
-            res = None
-        if res is None:
+        try:
+            res, note = yield from excerpted_call(
+                box.messages, excerpt_budget(self.cfg.llm.n_ctx, ec.max_tokens),
+                lambda shown: JsonRequest(extract_prompt(shown, box.session_date), extract_schema(ec),
+                                          stage="extract", max_tokens=ec.max_tokens, about=f"box {box.id}"))
+        except BackendError as exc:
             # Recorded, shown by `membox show` and the build summary, retried by the next build.
-            self.store.set_box_status(box.id, "failed", error=f"extraction failed: {error}")
+            self.store.set_box_status(box.id, "failed", error=f"extraction failed: {exc}")
             box.status = "failed"
             return box
         data = res.data
@@ -209,10 +195,28 @@ EXCERPT_TRIES = 3
 MIN_EXCERPT_CHARS = 200
 
 
-def excerpt_budget(cfg: Config) -> int:
-    """Characters of box text an extraction prompt may hold with this config's model context."""
-    room = cfg.llm.n_ctx - cfg.extract.max_tokens - PROMPT_OVERHEAD_TOKENS
-    return max(MIN_EXCERPT_CHARS, CHARS_PER_TOKEN * room)
+def excerpt_budget(n_ctx: int, max_tokens: int) -> int:
+    """Characters of message text a prompt may hold in a context of `n_ctx` tokens that leaves `max_tokens` to
+    generate."""
+    return max(MIN_EXCERPT_CHARS, CHARS_PER_TOKEN * (n_ctx - max_tokens - PROMPT_OVERHEAD_TOKENS))
+
+
+def excerpted_call(messages: Sequence[Message], budget: int, request: Callable[[list[Message]], Any]) -> Step:
+    """Yield `request(shown)` with `shown` the messages' excerpt within `budget` characters; when the backend still
+    finds the prompt too long (PromptTooLong), again with the excerpt cut to fit, EXCERPT_TRIES times in all, so that
+    a long message never fails the same way on every rerun. Returns (result, note: `excerpt`'s); the last
+    PromptTooLong, or any other BackendError, is raised to the caller."""
+    for attempt in range(EXCERPT_TRIES):
+        shown, note = excerpt(messages, budget)
+        try:
+            res = yield request(shown)
+        except PromptTooLong as exc:
+            if attempt == EXCERPT_TRIES - 1:
+                raise
+            budget = shrunk_budget(budget, sum(len(m.text) for m in shown), exc)
+            continue
+        return res, note
+    raise AssertionError("unreachable")
 
 
 def shrunk_budget(budget: int, used: int, exc: PromptTooLong) -> int:

@@ -245,7 +245,8 @@ def test_a_message_longer_than_the_context_is_extracted_from_an_excerpt(tmp_path
         assert f"m2 ({len(huge):,} ->" in long_box.note and long_box.topic
         assert max(backend.sizes) > 2000 >= backend.sizes[-1]
         assert len(next(m for m in long_box.messages if m.message_id == "m2").text) == len(huge)  # stored whole
-    assert excerpt_budget(load_config("cpu")) == 3 * (4096 - 400 - 300)
+    cpu = load_config("cpu")
+    assert excerpt_budget(cpu.llm.n_ctx, cpu.extract.max_tokens) == 3 * (4096 - 400 - 300)
 
 
 def test_a_prompt_that_never_fits_fails_its_box_with_the_reason(tmp_path, cfg):
@@ -273,3 +274,29 @@ def test_a_message_too_long_for_llama_cpp_is_extracted_from_an_excerpt(tmp_path)
     assert [b.status for b in boxes] == ["extracted"] * len(boxes), [b.error for b in boxes]
     noted = [b for b in boxes if b.note]
     assert len(noted) == 1 and f"m2 ({len(dense) + 17:,} ->" in noted[0].note
+
+
+def test_an_eventweave_turn_too_long_is_read_from_an_excerpt(tmp_path, cfg):
+    from test_eventweave import ew_config
+
+    backend = Refusing(limit=3000)
+    refused = []
+    plain_json_batch = backend.json_batch
+
+    def json_batch(requests):  # the event graph's extraction refused as the box extraction is
+        out = []
+        for r in requests:
+            size = len(r.prompt.user) + len(r.prompt.system)
+            if r.stage == "ew-extract" and size > backend.limit:
+                refused.append(size)
+                out.append(PromptTooLong("ew-extract: too long", size, backend.limit))
+            else:
+                out.extend(plain_json_batch([r]))
+        return out
+
+    backend.json_batch = json_batch
+    long_turn = "I adopted a cat named Miso last week. " + "She sleeps on the sofa all day. " * 3000
+    with Memory(tmp_path / "m", ew_config(cfg), backend=backend, embedder=FakeEmbedder()) as mem:
+        mem.add([msg(1, "How was your week?"), msg(2, long_turn), msg(3, "A cat! What is she like?")], seal=True)
+        pairs = mem.store.ew_pairs("c")
+    assert refused and {r["status"] for r in pairs.values()} == {"done"}, pairs

@@ -23,7 +23,7 @@ from typing import Callable
 
 from ..backends.base import BackendError, JsonRequest
 from ..dates import find_time_phrase, resolve_when
-from ..loom import content_words, event_subjects, grounding, is_about
+from ..loom import content_words, event_subjects, excerpt_budget, excerpted_call, grounding, is_about
 from ..prompts import session_summary_prompt, session_summary_schema, turn_events_prompt, turn_events_schema
 from ..records import Message
 from ..requests import EmbedRequest, Step
@@ -140,10 +140,14 @@ class EventWeave(Component):
             previous = None  # a turn of an earlier session is no context for this one
         cfg, conv = self.config.eventweave, m.conversation_id
         previous_id = previous.message_id if previous is not None else ""
-        try:
-            res = yield JsonRequest(turn_events_prompt(previous, m),
-                                    turn_events_schema(cfg.max_events, cfg.max_event_chars, cfg.max_when_chars),
-                                    stage="ew-extract", max_tokens=cfg.max_tokens, about=f"turn {m.message_id}")
+        schema = turn_events_schema(cfg.max_events, cfg.max_event_chars, cfg.max_when_chars)
+        n_ctx = self.config.stage_llms().get("ew-extract", self.config.llm).n_ctx
+        try:  # a turn too long for the model's context is read from an excerpt (the events' grounding reads it whole)
+            res, _ = yield from excerpted_call(
+                [previous, m] if previous is not None else [m], excerpt_budget(n_ctx, cfg.max_tokens),
+                lambda shown: JsonRequest(turn_events_prompt(shown[0] if len(shown) == 2 else None, shown[-1]),
+                                          schema, stage="ew-extract", max_tokens=cfg.max_tokens,
+                                          about=f"turn {m.message_id}"))
         except BackendError as exc:
             self.store.ew_fail_pair(conv, m.message_id, previous_id, f"extraction failed: {exc}")
             return []
