@@ -36,7 +36,8 @@ CONV_FEATURES = ("new_question_conv", "last_question_conv", "len_new_conv", "len
                  "lm_pmi_conv_low", "lm_pmi_ratio")
 FEATURES = ("cos_last", "cos_prev", "cos_window", "cos_box", "cohesion", "rel_last", "rel_window", "max_box",
             "speaker_change", "new_question", "last_question", "len_new", "len_last", "box_age",
-            "new_question_conv", "last_question_conv", "len_new_conv", "len_last_conv", "content") + LM_FEATURES
+            "new_question_conv", "last_question_conv", "len_new_conv", "len_last_conv", "content",
+            "ce_continue") + LM_FEATURES
 LEVEL_AFTER = 3  # the *_conv features are neutral until the conversation has this many earlier messages
 
 
@@ -131,6 +132,8 @@ class LoomConfig:
     history: int = _opt(30, lo=0)  # hybrid, *_conv features: earlier messages that set the conversation's level
     content_vector: str = "content/tiage-all-minilm-l6-v2.json"  # hybrid, `content`: file relative to configs/
     switch_ratio: float = _opt(0.4, lo=0.0)  # hybrid: a box opens when lm_pmi_ratio < this (0: off)
+    # hybrid, `ce_continue`: the continuity cross-encoder's weights (continuity.py), relative to configs/
+    ce_model: str = "content/ce-tiage-all-minilm-l6-v2.safetensors"
 
 
 @dataclass
@@ -154,8 +157,14 @@ class ExtractConfig:
 class WeaverConfig:
     enabled: bool = True
     vote_threshold: float = _opt(0.5, lo=-1.0, hi=1.0)
-    max_candidates: int = _opt(4, lo=1)
+    max_candidates: int = _opt(4, lo=1)  # traces verified per box at most (one "link" call each), most votes first
     max_tokens: int = _opt(200, lo=16)
+    # a cheaper link verification (configs/cpu.toml says what its values cost): the trace's latest events a link
+    # call shows; whether it shows only the new events that voted for that trace (not all of the box's); and the
+    # characters each shown event is cut to (0: whole)
+    shown_trace_events: int = _opt(8, lo=1)
+    link_voters_only: bool = False
+    link_event_chars: int = _opt(0, lo=0)
 
 
 @dataclass
@@ -336,6 +345,8 @@ def validate(cfg: Config, where: str = "config") -> None:
                 raise ConfigError(f"{where}: the hybrid feature 'content' needs [loom] content_vector (a JSON file "
                                   "fitted by `membox fit content`, e.g. content/tiage-all-minilm-l6-v2.json)")
             _check_content_embedder(cfg, where)
+        if "ce_continue" in used:
+            _check_ce_embedder(cfg, where)
 
 
 def resolve_config_path(name_or_path: str | Path) -> Path:
@@ -387,6 +398,21 @@ def _check_content_embedder(cfg: Config, where: str) -> None:
         raise ConfigError(f"{where} [loom] content_vector: {path.name} was fitted for the embedder {fitted_for!r}, "
                           f"the config uses {cfg.embedder.model!r}: fit one for it (`membox fit content`) "
                           "or set the 'content' weight to 0")
+
+
+def _check_ce_embedder(cfg: Config, where: str) -> None:
+    """The cross-encoder's adapter is fitted on one base model: it must be the config's embedder."""
+    from .continuity import read_meta, resolve_weights
+
+    try:
+        path = resolve_weights(cfg.loom.ce_model)
+        base = read_meta(path).get("base")
+    except ConfigError as e:
+        raise ConfigError(f"{where} {e}") from None
+    if base != cfg.embedder.model:
+        raise ConfigError(f"{where} [loom] ce_model: {path.name} adapts the model {base!r}, the config's embedder is "
+                          f"{cfg.embedder.model!r}: fit one for it (`membox fit crossencoder`) or set the "
+                          "'ce_continue' weight to 0")
 
 
 def parse_assignment(text: str) -> tuple[str, Any]:

@@ -177,7 +177,9 @@ class HybridJudge(Judge):
     `content` is a fitted vector dotted with the new message's embedding ([loom] content_vector): what a line
     that opens a topic looks like, beyond the bare "?" cue. With [loom] switch_ratio > 0 a box also opens
     whenever lm_pmi_ratio falls below it (label "switch"), so one judge sees shifts inside a chat through the
-    logistic and hard switches between unrelated exchanges through the ratio: configs/cpu.toml."""
+    logistic and hard switches between unrelated exchanges through the ratio (configs/cpu-pmi.toml).
+    `ce_continue` is the continuity cross-encoder's logit ([loom] ce_model, continuity.py: MiniLM with an adapter
+    fitted on TIAGE train reading the box's last `window` lines with the new one): no LLM call (configs/cpu.toml)."""
 
     name = "hybrid"
     PMI_CACHE = 50_000  # PMIs kept for reuse as later messages' history (least recently used dropped)
@@ -197,6 +199,11 @@ class HybridJudge(Judge):
         self.uses_llm = bool(used & set(LM_FEATURES))
         self.uses_conversation = bool(used & set(CONV_FEATURES))
         self.content = load_content_vector(cfg.content_vector) if "content" in used else None
+        self.ce = None
+        if "ce_continue" in used:  # the cross-encoder, loaded once per process (continuity.py)
+            from .continuity import continuity_scorer
+
+            self.ce = continuity_scorer(cfg.ce_model)
         if self.uses_conversation and cfg.history < LEVEL_AFTER:
             raise ConfigError(f"[loom] history = {cfg.history}: the *_conv features need at least {LEVEL_AFTER} "
                               "earlier messages")
@@ -215,6 +222,10 @@ class HybridJudge(Judge):
                                   f"dimensions, the embedder gives {vecs.shape[1]}: fit one for this embedder "
                                   "(`membox fit content`) or drop the 'content' weight")
             feats["content"] = float(self.content @ vecs[-1])
+        if self.ce is not None:  # one MiniLM pass over the box's last `window` lines and the new one; no LLM call
+            from .continuity import pair_text
+
+            feats["ce_continue"] = self.ce.score([pair_text(box[-self.cfg.window:], new)])[0]
         if self.uses_conversation:
             feats.update(conversation_features(list(earlier)[-self.cfg.history:], new, box[-1]))
         if self.uses_llm:
