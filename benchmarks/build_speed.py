@@ -120,6 +120,8 @@ def per_message(usage: dict, messages: int) -> dict:
 
 def token_lines(r: dict) -> list[str]:
     """Prompt + completion tokens per message by stage, before and after, and seconds per message with the load."""
+    if not any("per_message" in x for x in r["rows"]):
+        return []
     lines = ["", "| conversation | side | s per message | load (1 min, start-end) | " + " | ".join(
         f"{st} tokens/msg" for st in STAGES) + " | LLM prompt tokens/msg in all | calls/msg |",
              "|---|---|---|---|" + "---|" * len(STAGES) + "---|---|"]
@@ -140,7 +142,9 @@ STAGES = ("judge", "extract", "link", "trace-init")
 
 
 def markdown(r: dict) -> str:
-    before = f"{r.get('before_config', r['config'])} {' '.join(r['before'])}".strip()
+    before = " ".join(r["before"])
+    if r.get("before_config", r["config"]) != r["config"]:  # side A is another config
+        before = f"{r['before_config']} {before}".strip()
     lines = [f"Build speed, {r['date']}, {r['machine']}, config {r['config']}; before = {before}",
              "", "| conversation | messages | before s | after s | before msg/s | after msg/s | ratio | label agreement "
              "| Pk | event Jaccard | failed boxes (before/after) |", "|---|---|---|---|---|---|---|---|---|---|---|"]

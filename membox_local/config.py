@@ -33,11 +33,12 @@ JUDGE_NAMES = ("embedding", "llm", "llm-logprob", "hybrid", "authors")
 # the hybrid judge's features: the keys [loom] weights accepts (computed in judges.py)
 LM_FEATURES = ("lm_pmi", "lm_cond", "lm_pmi_low", "lm_pmi_conv", "lm_pmi_conv_low", "lm_pmi_ratio")
 CONV_FEATURES = ("new_question_conv", "last_question_conv", "len_new_conv", "len_last_conv", "lm_pmi_conv",
-                 "lm_pmi_conv_low", "lm_pmi_ratio")
+                 "lm_pmi_conv_low", "lm_pmi_ratio", "ce_conv", "ce_conv_low")
+# the continuity cross-encoder's (membox_local/continuity.py): its logit, and against the conversation's median
+CE_FEATURES = ("ce_continue", "ce_conv", "ce_conv_low")
 FEATURES = ("cos_last", "cos_prev", "cos_window", "cos_box", "cohesion", "rel_last", "rel_window", "max_box",
             "speaker_change", "new_question", "last_question", "len_new", "len_last", "box_age",
-            "new_question_conv", "last_question_conv", "len_new_conv", "len_last_conv", "content",
-            "ce_continue") + LM_FEATURES
+            "new_question_conv", "last_question_conv", "len_new_conv", "len_last_conv", "content") + CE_FEATURES + LM_FEATURES
 LEVEL_AFTER = 3  # the *_conv features are neutral until the conversation has this many earlier messages
 
 
@@ -134,6 +135,9 @@ class LoomConfig:
     switch_ratio: float = _opt(0.4, lo=0.0)  # hybrid: a box opens when lm_pmi_ratio < this (0: off)
     # hybrid, `ce_continue`: the continuity cross-encoder's weights (continuity.py), relative to configs/
     ce_model: str = "content/ce-tiage-all-minilm-l6-v2.safetensors"
+    # hybrid: a box also opens when ce_conv < -ce_switch, i.e. the cross-encoder's logit falls this far below the
+    # conversation's median (a hard switch, as switch_ratio for the PMI; 0: off)
+    ce_switch: float = _opt(0.0, lo=0.0)
 
 
 @dataclass
@@ -333,7 +337,8 @@ def validate(cfg: Config, where: str = "config") -> None:
         raise ConfigError(f"{where} [loom]: min_box_messages ({lc.min_box_messages}) exceeds max_box_messages "
                           f"({lc.max_box_messages})")
     if lc.judge == "hybrid":
-        used = {k for k, w in lc.weights.items() if w} | ({"lm_pmi_ratio"} if lc.switch_ratio else set())
+        used = {k for k, w in lc.weights.items() if w} | ({"lm_pmi_ratio"} if lc.switch_ratio else set()) | \
+            ({"ce_conv"} if lc.ce_switch else set())
         if not lc.weights:
             raise ConfigError(f"{where}: the hybrid judge needs [loom] weights (feature -> weight); fit them with "
                               "`membox fit` or keep configs/cpu.toml's")
@@ -345,7 +350,7 @@ def validate(cfg: Config, where: str = "config") -> None:
                 raise ConfigError(f"{where}: the hybrid feature 'content' needs [loom] content_vector (a JSON file "
                                   "fitted by `membox fit content`, e.g. content/tiage-all-minilm-l6-v2.json)")
             _check_content_embedder(cfg, where)
-        if "ce_continue" in used:
+        if used & set(CE_FEATURES):
             _check_ce_embedder(cfg, where)
 
 
@@ -400,13 +405,37 @@ def _check_content_embedder(cfg: Config, where: str) -> None:
                           "or set the 'content' weight to 0")
 
 
-def _check_ce_embedder(cfg: Config, where: str) -> None:
-    """The cross-encoder's adapter is fitted on one base model: it must be the config's embedder."""
-    from .continuity import read_meta, resolve_weights
+def resolve_ce_weights(name: str) -> Path:
+    """[loom] ce_model's file: absolute, or relative to the package's configs/ (then the working directory)."""
+    if not name:
+        raise ConfigError("the hybrid feature 'ce_continue' needs [loom] ce_model (a file written by "
+                          "`membox fit crossencoder --write`, e.g. content/ce-tiage-all-minilm-l6-v2.safetensors)")
+    p = Path(name)
+    for c in ([p] if p.is_absolute() else [CONFIG_DIR / p, p]):
+        if c.is_file():
+            return c
+    raise ConfigError(f"[loom] ce_model: {name!r} not found (looked in {CONFIG_DIR} and the working directory)")
+
+
+def read_ce_meta(path: Path) -> dict:
+    """The weights file's metadata (base model, rank, alpha, how it was fitted)."""
+    from safetensors import safe_open
 
     try:
-        path = resolve_weights(cfg.loom.ce_model)
-        base = read_meta(path).get("base")
+        with safe_open(str(path), framework="numpy") as fh:  # no torch import to check a config
+            meta = fh.metadata() or {}
+    except Exception as e:  # safetensors raises its own error types for a file that is not one
+        raise ConfigError(f"{path}: not a cross-encoder weights file ({e})") from None
+    if "membox" not in meta:
+        raise ConfigError(f"{path}: not a cross-encoder weights file (no 'membox' metadata)")
+    return json.loads(meta["membox"])
+
+
+def _check_ce_embedder(cfg: Config, where: str) -> None:
+    """The cross-encoder's adapter is fitted on one base model: it must be the config's embedder."""
+    try:
+        path = resolve_ce_weights(cfg.loom.ce_model)
+        base = read_ce_meta(path).get("base")
     except ConfigError as e:
         raise ConfigError(f"{where} {e}") from None
     if base != cfg.embedder.model:

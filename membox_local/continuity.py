@@ -15,7 +15,7 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Sequence
 
-from .config import CONFIG_DIR, ConfigError
+from .config import CONFIG_DIR, ConfigError, read_ce_meta as read_meta, resolve_ce_weights as resolve_weights  # noqa: F401
 from .records import Message
 
 # the Linear layers of each BERT layer that get an adapter (names inside transformers' BertLayer)
@@ -30,32 +30,6 @@ def pair_text(context: Sequence[Message], new: Message) -> tuple[str, str]:
     (cut to its first words). Speakers are left out: TIAGE's are A/B, LoCoMo's names."""
     ctx = " [SEP] ".join(" ".join(m.text.split()[-CONTEXT_WORDS:]) for m in context)
     return ctx, " ".join(new.text.split()[:NEW_WORDS])
-
-
-def resolve_weights(name: str) -> Path:
-    """[loom] ce_model's file: absolute, or relative to the package's configs/ (then the working directory)."""
-    if not name:
-        raise ConfigError("the hybrid feature 'ce_continue' needs [loom] ce_model (a file written by "
-                          "`membox fit crossencoder --write`, e.g. content/ce-tiage-all-minilm-l6-v2.safetensors)")
-    p = Path(name)
-    for c in ([p] if p.is_absolute() else [CONFIG_DIR / p, p]):
-        if c.is_file():
-            return c
-    raise ConfigError(f"[loom] ce_model: {name!r} not found (looked in {CONFIG_DIR} and the working directory)")
-
-
-def read_meta(path: Path) -> dict:
-    """The weights file's metadata (base model, rank, alpha, how it was fitted)."""
-    from safetensors import safe_open
-
-    try:
-        with safe_open(str(path), framework="pt") as fh:
-            meta = fh.metadata() or {}
-    except Exception as e:  # safetensors raises its own error types for a file that is not one
-        raise ConfigError(f"{path}: not a cross-encoder weights file ({e})") from None
-    if "membox" not in meta:
-        raise ConfigError(f"{path}: not a cross-encoder weights file (no 'membox' metadata)")
-    return json.loads(meta["membox"])
 
 
 class PairModel:

@@ -64,6 +64,22 @@ def test_hybrid_with_the_cross_encoder_makes_no_llm_call(fake_ce):
     assert feats["ce_continue"] == judge.ce.score([continuity.pair_text(GARDEN[-2:], CONTINUES)])[0]
 
 
+def test_the_cross_encoder_switch_rule_reads_the_logit_against_the_conversations_median(fake_ce):
+    earlier = GARDEN + [msg(3, "The garden tomatoes need compost", "B"), msg(4, "Compost and soil for the garden")]
+    judge = make_judge(ce_loom(weights={"ce_continue": 0.0}, bias=10.0, ce_switch=2.0))
+    assert judge.history == judge.cfg.history + judge.cfg.window and not judge.uses_llm
+    box = earlier[-2:]
+    keep = answer(judge.decide(box, msg(5, "Tomatoes love garden compost"), earlier), None, FakeEmbedder())
+    switch = answer(judge.decide(box, msg(5, "Did you watch the football final?"), earlier), None, FakeEmbedder())
+    assert keep.continues and (switch.continues, switch.label) == (False, "switch")
+    feats = answer(judge.features(box, msg(5, "Did you watch the football final?"), earlier), None, FakeEmbedder())
+    assert feats["ce_conv"] < -2.0 and feats["ce_conv_low"] == feats["ce_conv"]
+    # neutral until the conversation has a level
+    feats = answer(judge.features(GARDEN[:2], msg(2, "Did you watch the football final?"), GARDEN[:2]), None,
+                   FakeEmbedder())
+    assert feats["ce_conv"] == 0.0
+
+
 def test_the_scorer_is_loaded_once_per_process(fake_ce):
     assert make_judge(ce_loom()).ce is make_judge(ce_loom()).ce
 

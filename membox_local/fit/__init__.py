@@ -103,6 +103,9 @@ def add_parser(subparsers) -> None:
     c.add_argument("--ce", action="store_true",
                    help="no LLM: the continuity cross-encoder's logit (ce_continue) beside the content logit instead of "
                         "the PMI, no switch rule (needs `membox fit crossencoder --write` and `... --skip 100`)")
+    c.add_argument("--ce-features", nargs="+", default=["ce_continue", "ce_conv_low"],
+                   choices=["ce_continue", "ce_conv", "ce_conv_low"],
+                   help="--ce: the cross-encoder's features beside the content logit (default: ce_continue ce_conv_low)")
     c.add_argument("--write", action="store_true",
                    help="write configs/content/tiage-<embedder>.json (and keep the result, as --save)")
 

@@ -27,7 +27,10 @@ Protocol (TIAGE only: DialSeg711 and LoCoMo are measured, never used to fit or c
 With --ce (no LLM at all): step 2 stacks the continuity cross-encoder's logit (`ce_continue`, membox_local/continuity.py)
 instead of the PMI: its out-of-fold logits on dialogues 0-99 come from the cross-encoder fitted on dialogues
 100-299 (`membox fit crossencoder --skip 100`), the judge uses the one fitted on all 300 (`membox fit crossencoder
---write`); there is no switch rule (it reads the PMI). The content vector of step 1 is the same fit as the
+--write`). Its hard-switch rule (a box opens when ce_conv < -ce_switch: the logit this far below the conversation's
+median) replaces the PMI's: ce_switch is chosen among CE_SWITCHES on TIAGE-train dialogues 0-99 joined in pairs with
+the joins as the only boundaries, judged by the out-of-fold cross-encoder (`membox fit switch`'s protocol; no
+dialogue there was seen by that cross-encoder). The offsets swept reach -2. The content vector of step 1 is the same fit as the
 default's: the committed file is used and checked against this run's.
 
 Every online figure goes through `membox_local.evaluation.segmentation.evaluate` (the Loom's own rule). LLM
@@ -57,6 +60,7 @@ C_GRID = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05)
 SWITCH_RATIO = 0.40  # configs/cpu-switch.toml, fitted on TIAGE-train joins by `membox fit switch`
 SWEEP_MAX_BOX = 24  # no cap in effect (the LoomConfig default): LoCoMo sizes without the cap are reported too
 CAPS = (24, 20, 16, 12, 10, 8)  # then the smallest of these that TIAGE does not notice
+CE_SWITCHES = (1.0, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0, 5.0)  # --ce: the cross-encoder's hard-switch thresholds tried
 CONTENT_DIR = CONFIG_DIR / "content"  # where --write puts the vector: the configs' `content_vector` files
 
 
@@ -99,11 +103,29 @@ def committed_vector(wn: np.ndarray, embedder: str) -> Path:
     return path
 
 
+def choose_ce_switch(base, held_ce: Path, fold, emb, out: dict) -> float:
+    """--ce: the hard-switch threshold on ce_conv with the best objective on `fold`'s dialogues joined in pairs, joins
+    the only boundaries, judged by the switch rule alone with the cross-encoder that never saw them."""
+    from .cache import precompute_ce
+
+    sets = joins_only(fold)
+    rule = with_loom(base, judge="hybrid", weights={"ce_continue": 0.0}, bias=10.0, switch_ratio=0.0,
+                     ce_model=str(held_ce.resolve()), max_box_messages=SWEEP_MAX_BOX)
+    precompute_ce([d.messages for d in sets], rule.loom, "TIAGE train joins (held-out cross-encoder)")
+    rows = {t: run(with_loom(rule, ce_switch=t), sets, emb) for t in CE_SWITCHES}
+    best = max(rows, key=lambda t: objective(rows[t]))
+    out["ce_switch"] = {"by": "objective on TIAGE-train dialogues 0-99 joined in pairs, joins only, out-of-fold "
+                              "cross-encoder", "rows": {str(t): r for t, r in rows.items()}, "chosen": best}
+    print("ce_switch: " + " | ".join(f"{t}: {r['pk']:.3f}/{r['wd']:.3f}/{r['f1']:.3f}" for t, r in rows.items())
+          + f"; chosen {best}", file=sys.stderr, flush=True)
+    return best
+
+
 def main(args) -> int:
     from sklearn.linear_model import LogisticRegression
     from sklearn.metrics import roc_auc_score
 
-    lm_names = ["ce_continue"] if args.ce else [] if args.no_lm else args.lm
+    lm_names = args.ce_features if args.ce else [] if args.no_lm else args.lm
     llm = not (args.no_lm or args.ce)
     if args.no_lm and args.write:
         raise InputError("--no-lm fits the same content vector as the default's run: use the committed one, "
@@ -186,9 +208,12 @@ def main(args) -> int:
     if args.ce:
         vec_path = committed_vector(wn, base.embedder.model)
 
+    ce_switch = choose_ce_switch(base, held_ce, lm_fold, emb, out) if args.ce else 0.0
+
     def judge(offset: float, max_box: int = SWEEP_MAX_BOX):
         return with_loom(base, judge="hybrid", weights=weights, bias=round(bias + offset, 4), max_box_messages=max_box,
-                         content_vector=str(vec_path.resolve()), switch_ratio=SWITCH_RATIO if llm else 0.0)
+                         content_vector=str(vec_path.resolve()), switch_ratio=SWITCH_RATIO if llm else 0.0,
+                         ce_switch=ce_switch)
 
     def show(label, row):
         print(f"{label:14s} " + " | ".join(
@@ -210,7 +235,7 @@ def main(args) -> int:
         return min(r["max_box_messages"] for r in rows if round(r["selection"], 3) == top), rows
 
     out["sweep"] = []
-    for offset in np.round(np.arange(-1.0, 1.01, 0.25), 2):
+    for offset in np.round(np.arange(-2.0 if args.ce else -1.0, 1.01, 0.25), 2):
         cap, cap_rows = capped(float(offset))
         c = judge(float(offset), cap)
         row = {"offset": float(offset), "max_box_messages": cap, "caps": cap_rows,
@@ -231,7 +256,8 @@ def main(args) -> int:
     out["chosen"] = {"offset": best["offset"], "by": "each offset with the smallest cap TIAGE does not notice; "
                      "then the mean objective on TIAGE dev and TIAGE dev joined, LoCoMo 4-8 msg/box",
                      "loom": {"weights": chosen.loom.weights, "bias": chosen.loom.bias, "max_box_messages": cap,
-                              "switch_ratio": chosen.loom.switch_ratio, "content_vector": vec_path.name}}
+                              "switch_ratio": chosen.loom.switch_ratio, "content_vector": vec_path.name,
+                              "ce_switch": ce_switch}}
 
     # other configs, on the same subsets
     for spec in args.compare or (["cpu-minilm"] if args.no_lm else [args.config, "cpu-minilm"] if args.ce
@@ -247,5 +273,5 @@ def main(args) -> int:
     print(f"chosen offset {best['offset']:+.2f}; [loom] for configs/cpu.toml:\nweights = {{ {inline} }}\n"
           f"bias = {chosen.loom.bias}\ncontent_vector = \"content/{vec_path.name}\"\n"
           f"switch_ratio = {chosen.loom.switch_ratio}\nmax_box_messages = {cap}" +
-          (f"\nce_model = \"content/{final_ce.name}\"" if args.ce else ""))
+          (f"\nce_model = \"content/{final_ce.name}\"\nce_switch = {ce_switch}" if args.ce else ""))
     return 0

@@ -28,7 +28,7 @@ class BoxMemory(Component):
         "loom.weights": {}, "loom.bias": 0.0, "loom.lm_knot": 1.0, "loom.history": 30, "loom.content_vector": "",
         "loom.switch_ratio": 0.0,
         # the cross-encoder's file is read only with a `ce_continue` weight, which no store before it had
-        "loom.ce_model": "content/ce-tiage-all-minilm-l6-v2.safetensors",
+        "loom.ce_model": "content/ce-tiage-all-minilm-l6-v2.safetensors", "loom.ce_switch": 0.0,
         "extract.max_topic_chars": 80, "extract.max_keywords": 8, "extract.max_keyword_chars": 40,
         "extract.max_events": 6, "extract.max_event_chars": 160, "extract.min_grounding": 0.5,
         "extract.max_tokens": 400, "extract.speaker_grounding": False,
