@@ -33,10 +33,12 @@ JUDGE_NAMES = ("embedding", "llm", "llm-logprob", "hybrid", "authors")
 # the hybrid judge's features: the keys [loom] weights accepts (computed in judges.py)
 LM_FEATURES = ("lm_pmi", "lm_cond", "lm_pmi_low", "lm_pmi_conv", "lm_pmi_conv_low", "lm_pmi_ratio")
 CONV_FEATURES = ("new_question_conv", "last_question_conv", "len_new_conv", "len_last_conv", "lm_pmi_conv",
-                 "lm_pmi_conv_low", "lm_pmi_ratio")
+                 "lm_pmi_conv_low", "lm_pmi_ratio", "ce_conv", "ce_conv_low")
+# the continuity cross-encoder's (membox_local/continuity.py): its logit, and against the conversation's median
+CE_FEATURES = ("ce_continue", "ce_conv", "ce_conv_low")
 FEATURES = ("cos_last", "cos_prev", "cos_window", "cos_box", "cohesion", "rel_last", "rel_window", "max_box",
             "speaker_change", "new_question", "last_question", "len_new", "len_last", "box_age",
-            "new_question_conv", "last_question_conv", "len_new_conv", "len_last_conv", "content") + LM_FEATURES
+            "new_question_conv", "last_question_conv", "len_new_conv", "len_last_conv", "content") + CE_FEATURES + LM_FEATURES
 LEVEL_AFTER = 3  # the *_conv features are neutral until the conversation has this many earlier messages
 
 
@@ -131,6 +133,11 @@ class LoomConfig:
     history: int = _opt(30, lo=0)  # hybrid, *_conv features: earlier messages that set the conversation's level
     content_vector: str = "content/tiage-all-minilm-l6-v2.json"  # hybrid, `content`: file relative to configs/
     switch_ratio: float = _opt(0.4, lo=0.0)  # hybrid: a box opens when lm_pmi_ratio < this (0: off)
+    # hybrid, `ce_continue`: the continuity cross-encoder's weights (continuity.py), relative to configs/
+    ce_model: str = "content/ce-tiage-all-minilm-l6-v2.safetensors"
+    # hybrid: a box also opens when ce_conv < -ce_switch, i.e. the cross-encoder's logit falls this far below the
+    # conversation's median (a hard switch, as switch_ratio for the PMI; 0: off)
+    ce_switch: float = _opt(0.0, lo=0.0)
 
 
 @dataclass
@@ -154,8 +161,14 @@ class ExtractConfig:
 class WeaverConfig:
     enabled: bool = True
     vote_threshold: float = _opt(0.5, lo=-1.0, hi=1.0)
-    max_candidates: int = _opt(4, lo=1)
+    max_candidates: int = _opt(4, lo=1)  # traces verified per box at most (one "link" call each), most votes first
     max_tokens: int = _opt(200, lo=16)
+    # a cheaper link verification (configs/cpu.toml says what its values cost): the trace's latest events a link
+    # call shows; whether it shows only the new events that voted for that trace (not all of the box's); and the
+    # characters each shown event is cut to (0: whole)
+    shown_trace_events: int = _opt(8, lo=1)
+    link_voters_only: bool = False
+    link_event_chars: int = _opt(0, lo=0)
 
 
 @dataclass
@@ -324,7 +337,8 @@ def validate(cfg: Config, where: str = "config") -> None:
         raise ConfigError(f"{where} [loom]: min_box_messages ({lc.min_box_messages}) exceeds max_box_messages "
                           f"({lc.max_box_messages})")
     if lc.judge == "hybrid":
-        used = {k for k, w in lc.weights.items() if w} | ({"lm_pmi_ratio"} if lc.switch_ratio else set())
+        used = {k for k, w in lc.weights.items() if w} | ({"lm_pmi_ratio"} if lc.switch_ratio else set()) | \
+            ({"ce_conv"} if lc.ce_switch else set())
         if not lc.weights:
             raise ConfigError(f"{where}: the hybrid judge needs [loom] weights (feature -> weight); fit them with "
                               "`membox fit` or keep configs/cpu.toml's")
@@ -336,6 +350,8 @@ def validate(cfg: Config, where: str = "config") -> None:
                 raise ConfigError(f"{where}: the hybrid feature 'content' needs [loom] content_vector (a JSON file "
                                   "fitted by `membox fit content`, e.g. content/tiage-all-minilm-l6-v2.json)")
             _check_content_embedder(cfg, where)
+        if used & set(CE_FEATURES):
+            _check_ce_embedder(cfg, where)
 
 
 def resolve_config_path(name_or_path: str | Path) -> Path:
@@ -387,6 +403,45 @@ def _check_content_embedder(cfg: Config, where: str) -> None:
         raise ConfigError(f"{where} [loom] content_vector: {path.name} was fitted for the embedder {fitted_for!r}, "
                           f"the config uses {cfg.embedder.model!r}: fit one for it (`membox fit content`) "
                           "or set the 'content' weight to 0")
+
+
+def resolve_ce_weights(name: str) -> Path:
+    """[loom] ce_model's file: absolute, or relative to the package's configs/ (then the working directory)."""
+    if not name:
+        raise ConfigError("the hybrid feature 'ce_continue' needs [loom] ce_model (a file written by "
+                          "`membox fit crossencoder --write`, e.g. content/ce-tiage-all-minilm-l6-v2.safetensors)")
+    p = Path(name)
+    for c in ([p] if p.is_absolute() else [CONFIG_DIR / p, p]):
+        if c.is_file():
+            return c
+    raise ConfigError(f"[loom] ce_model: {name!r} not found (looked in {CONFIG_DIR} and the working directory)")
+
+
+def read_ce_meta(path: Path) -> dict:
+    """The weights file's metadata (base model, rank, alpha, how it was fitted)."""
+    from safetensors import safe_open
+
+    try:
+        with safe_open(str(path), framework="numpy") as fh:  # no torch import to check a config
+            meta = fh.metadata() or {}
+    except Exception as e:  # safetensors raises its own error types for a file that is not one
+        raise ConfigError(f"{path}: not a cross-encoder weights file ({e})") from None
+    if "membox" not in meta:
+        raise ConfigError(f"{path}: not a cross-encoder weights file (no 'membox' metadata)")
+    return json.loads(meta["membox"])
+
+
+def _check_ce_embedder(cfg: Config, where: str) -> None:
+    """The cross-encoder's adapter is fitted on one base model: it must be the config's embedder."""
+    try:
+        path = resolve_ce_weights(cfg.loom.ce_model)
+        base = read_ce_meta(path).get("base")
+    except ConfigError as e:
+        raise ConfigError(f"{where} {e}") from None
+    if base != cfg.embedder.model:
+        raise ConfigError(f"{where} [loom] ce_model: {path.name} adapts the model {base!r}, the config's embedder is "
+                          f"{cfg.embedder.model!r}: fit one for it (`membox fit crossencoder`) or set the "
+                          "'ce_continue' weight to 0")
 
 
 def parse_assignment(text: str) -> tuple[str, Any]:

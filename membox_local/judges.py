@@ -17,7 +17,7 @@ from typing import Sequence
 import numpy as np
 
 from .backends.base import BackendError, LabelRequest, ScoreRequest
-from .config import (CONV_FEATURES, FEATURES, LEVEL_AFTER, LM_FEATURES, ConfigError, LoomConfig,  # noqa: F401
+from .config import (CE_FEATURES, CONV_FEATURES, FEATURES, LEVEL_AFTER, LM_FEATURES, ConfigError, LoomConfig,  # noqa: F401
                      read_content_file)
 from .prompts import (CONTINUITY_LABELS, DIALOGUE_HEADER, authors_continuity_prompt, continuity_prompt,
                       dialogue_context, dialogue_line)
@@ -177,7 +177,9 @@ class HybridJudge(Judge):
     `content` is a fitted vector dotted with the new message's embedding ([loom] content_vector): what a line
     that opens a topic looks like, beyond the bare "?" cue. With [loom] switch_ratio > 0 a box also opens
     whenever lm_pmi_ratio falls below it (label "switch"), so one judge sees shifts inside a chat through the
-    logistic and hard switches between unrelated exchanges through the ratio: configs/cpu.toml."""
+    logistic and hard switches between unrelated exchanges through the ratio (configs/cpu-pmi.toml).
+    `ce_continue` is the continuity cross-encoder's logit ([loom] ce_model, continuity.py: MiniLM with an adapter
+    fitted on TIAGE train reading the box's last `window` lines with the new one): no LLM call (configs/cpu.toml)."""
 
     name = "hybrid"
     PMI_CACHE = 50_000  # PMIs kept for reuse as later messages' history (least recently used dropped)
@@ -194,14 +196,22 @@ class HybridJudge(Judge):
         used = {k for k, w in self.weights.items() if w}
         if cfg.switch_ratio:  # the switch rule reads lm_pmi_ratio whatever its weight
             used.add("lm_pmi_ratio")
+        if cfg.ce_switch:  # and the cross-encoder's, ce_conv
+            used.add("ce_conv")
         self.uses_llm = bool(used & set(LM_FEATURES))
         self.uses_conversation = bool(used & set(CONV_FEATURES))
         self.content = load_content_vector(cfg.content_vector) if "content" in used else None
+        self.ce = None
+        if used & set(CE_FEATURES):  # the cross-encoder, loaded once per process (continuity.py)
+            from .continuity import continuity_scorer
+
+            self.ce = continuity_scorer(cfg.ce_model)
         if self.uses_conversation and cfg.history < LEVEL_AFTER:
             raise ConfigError(f"[loom] history = {cfg.history}: the *_conv features need at least {LEVEL_AFTER} "
                               "earlier messages")
-        # the earlier messages' PMIs need their own `window` predecessors
-        self.history = cfg.history + (cfg.window if self.uses_llm else 0) if self.uses_conversation else 0
+        # the earlier messages' PMIs and cross-encoder logits need their own `window` predecessors
+        own = cfg.window if self.uses_llm or self.ce is not None else 0
+        self.history = cfg.history + own if self.uses_conversation else 0
         self._pmi: OrderedDict[tuple[str, str], float] = OrderedDict()
 
     def features(self, recent: Sequence[Message], new: Message, earlier: Sequence[Message] = ()) -> Step:
@@ -215,6 +225,14 @@ class HybridJudge(Judge):
                                   f"dimensions, the embedder gives {vecs.shape[1]}: fit one for this embedder "
                                   "(`membox fit content`) or drop the 'content' weight")
             feats["content"] = float(self.content @ vecs[-1])
+        if self.ce is not None:  # one MiniLM pass over the box's last `window` lines and the new one; no LLM call
+            from .continuity import pair_text
+
+            feats["ce_continue"] = self.ce.score([pair_text(box[-self.cfg.window:], new)])[0]
+            if self.uses_conversation:  # against the conversation's median (0 until it has one)
+                level = _median_or(self._earlier_ce(list(earlier)), feats["ce_continue"])
+                feats["ce_conv"] = feats["ce_continue"] - level
+                feats["ce_conv_low"] = min(feats["ce_conv"], 0.0)
         if self.uses_conversation:
             feats.update(conversation_features(list(earlier)[-self.cfg.history:], new, box[-1]))
         if self.uses_llm:
@@ -229,6 +247,17 @@ class HybridJudge(Judge):
             lm["lm_pmi_ratio"] = lm["lm_pmi"] / max(PMI_FLOOR, level) if len(earlier_pmis) >= LEVEL_AFTER else 1.0
             feats.update(lm)
         return feats
+
+    def _earlier_ce(self, earlier: list[Message]) -> list[float]:
+        """Cross-encoder logits of the last `history` earlier messages that follow `window` messages of their own
+        session, each against those (one batch; the scorer keeps the ones it has read)."""
+        from .continuity import pair_text
+
+        w = self.cfg.window
+        pairs = [pair_text(earlier[j - w:j], earlier[j]) for j in range(max(w, len(earlier) - self.cfg.history),
+                                                                         len(earlier))
+                 if all(c.session == earlier[j].session for c in earlier[j - w:j])]
+        return self.ce.score(pairs) if pairs else []
 
     def _remember(self, m: Message, pmi: float) -> None:
         self._pmi[(m.conversation_id, m.message_id)] = pmi
@@ -260,6 +289,8 @@ class HybridJudge(Judge):
         p = self.probability(feats)
         if self.cfg.switch_ratio and feats["lm_pmi_ratio"] < self.cfg.switch_ratio:
             return Decision(False, "switch", p)  # a hard switch: the box's lines do not predict the new one
+        if self.cfg.ce_switch and feats["ce_conv"] < -self.cfg.ce_switch:
+            return Decision(False, "switch", p)  # the cross-encoder's hard switch
         return _threshold_decision(p, 0.5)
 
 

@@ -172,3 +172,34 @@ class FakeBackend(Backend):
             ans = best.split(": ", 1)[1]
             out.append(TextResult(ans, self._usage(r, ans)))
         return out
+
+
+class FakeContinuityScorer:
+    """The continuity cross-encoder's double (membox_local.continuity.MODELS["scorer"]): the logit grows with the
+    share of the new line's words found in the context, so lines on one topic continue and a new topic does not."""
+
+    def __init__(self, path=None):
+        self.path = path
+        self.meta = {"base": "all-minilm-l6-v2"}
+        self.pairs = 0
+        self._cache: dict = {}
+
+    @staticmethod
+    def _words(text: str) -> set[str]:
+        return {w for w in WORD.findall(text.lower()) if w not in STOP}
+
+    def score(self, pairs):
+        self.pairs += len(pairs)
+        out = []
+        for ctx, new in pairs:
+            words = self._words(new)
+            share = len(words & self._words(ctx)) / len(words) if words else 0.0
+            out.append(6.0 * share - 1.5)
+        self._cache.update(zip(pairs, out))
+        return out
+
+    def known(self):
+        return dict(self._cache)
+
+    def remember(self, logits):
+        self._cache.update(logits)

@@ -6,7 +6,9 @@ hook), and reads existing traces but only ever adds the new box's events:
 1. voting: each grounded event of the box votes for the trace holding its most similar event (max cosine
    over the trace's events), when that similarity reaches `weaver.vote_threshold`; the most-voted traces,
    at most `weaver.max_candidates`, are the candidates;
-2. verification: one "link" call per candidate shows the trace and the box's numbered events; the model
+2. verification: one "link" call per candidate shows the trace's latest `weaver.shown_trace_events` events and the
+   box's numbered events (with `weaver.link_voters_only`, only those that voted for that trace: the embedding
+   pre-filter bounds the prompt and the answer; `weaver.link_event_chars` cuts each shown event); the model
    answers with the numbers of the events that continue it. An event may join several traces;
 3. initialisation: events accepted nowhere are grouped by one "trace-init" call into new traces (the main
    storyline first); an event the model leaves out becomes a trace of its own (counted as a leftover).
@@ -29,7 +31,6 @@ from .records import Box, Event, Trace
 from .requests import EmbedRequest, Step
 from .store import Store
 
-SHOWN_TRACE_EVENTS = 8  # a link call shows the trace's latest events only, so prompts stay small
 MAX_SUMMARY_CHARS = 80
 MAX_NEW_TRACES = 4  # storylines one trace-init call may open (the rest become single-event traces)
 COUNTERS = ("boxes", "events", "linked", "new_traces", "leftovers", "failures")
@@ -63,10 +64,12 @@ class Weaver:
         out.events = len(events)
         traces = self.store.traces_with_events(box.conversation_id)
         try:
-            out.candidates = (yield from self._candidates(events, traces)) if events and traces else []
+            voters: dict[int, list[int]] = {}
+            out.candidates = (yield from self._candidates(events, traces, voters)) if events and traces else []
             by_id = dict((t.id, (t, evs)) for t, evs in traces)
             for tid in out.candidates:
-                picked = yield from self._verify(*by_id[tid], events, box.session_date)
+                shown = [events[i] for i in voters[tid]] if self.cfg.weaver.link_voters_only else events
+                picked = yield from self._verify(*by_id[tid], shown, box.session_date)
                 if picked:
                     out.linked[tid] = [e.id for e in picked]
             linked_ids = {i for ids in out.linked.values() for i in ids}
@@ -92,8 +95,10 @@ class Weaver:
         return out
 
     # ---- the three steps ------------------------------------------------------------------------
-    def _candidates(self, events: list[Event], traces: list[tuple[Trace, list[Event]]]) -> Step:
-        """Trace ids voted for by the new events, most votes first (ties: higher similarity)."""
+    def _candidates(self, events: list[Event], traces: list[tuple[Trace, list[Event]]],
+                    voters: dict[int, list[int]] | None = None) -> Step:
+        """Trace ids voted for by the new events, most votes first (ties: higher similarity); `voters` gets, per
+        trace, the indices of the events that voted for it."""
         traces = [(t, evs) for t, evs in traces if evs]
         pool = list({e.id: e for _, evs in traces for e in evs}.values())
         if not pool:
@@ -104,17 +109,21 @@ class Weaver:
         sims = vecs[:len(events)] @ vecs[len(events):].T  # (new events, pooled trace events)
         per_trace = np.stack([sims[:, [col[e.id] for e in evs]].max(axis=1) for _, evs in traces], axis=1)
         votes: dict[int, list[float]] = {}
-        for row in per_trace:
+        for n, row in enumerate(per_trace):
             best = int(np.argmax(row))
             if row[best] >= self.cfg.weaver.vote_threshold:
                 votes.setdefault(traces[best][0].id, []).append(float(row[best]))
+                if voters is not None:
+                    voters.setdefault(traces[best][0].id, []).append(n)
         ranked = sorted(votes, key=lambda tid: (-len(votes[tid]), -max(votes[tid]), tid))
         return ranked[:self.cfg.weaver.max_candidates]
 
     def _verify(self, trace: Trace, trace_events: list[Event], events: list[Event], date: str) -> Step:
-        shown = [(e.text, e.date) for e in trace_events[-SHOWN_TRACE_EVENTS:]]
+        wc = self.cfg.weaver
+        shown = [(_cut(e.text, wc.link_event_chars), e.date) for e in trace_events[-wc.shown_trace_events:]]
         res = yield JsonRequest(
-            link_prompt(trace.summary, shown, [e.text for e in events], date), link_schema(len(events)),
+            link_prompt(trace.summary, shown, [_cut(e.text, wc.link_event_chars) for e in events], date),
+            link_schema(len(events)),
             stage="link", max_tokens=self.cfg.weaver.max_tokens, about=f"box {events[0].box_id}",
         )
         return [events[i - 1] for i in sorted(set(res.data["continues"]))]
@@ -151,6 +160,13 @@ def weave_counters(store: Store, conversation_id: str) -> dict[str, int]:
     """Running totals of one conversation's weaving (boxes woven, events linked, traces opened, ...)."""
     saved = json.loads(store.get_meta(f"weaver:{conversation_id}", "{}"))
     return {k: int(saved.get(k, 0)) for k in COUNTERS}
+
+
+def _cut(text: str, chars: int) -> str:
+    """`text` cut to `chars` characters at a word's end (0: whole), marked with an ellipsis."""
+    if not chars or len(text) <= chars:
+        return text
+    return text[:chars - 1].rsplit(" ", 1)[0].rstrip() + "…"
 
 
 def _clip(text: str) -> str:

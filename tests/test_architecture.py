@@ -20,7 +20,7 @@ LAYERS: list[tuple[str, set[str]]] = [
     ("storage, models, input", {"store", "index", "weights", "ingest", "prompts", "backends",
                                 "backends.llamacpp", "backends.openai", "backends.vllm", "backends.transformers",
                                 "backends.router",
-                                "embed", "testing"}),
+                                "embed", "testing", "continuity"}),
     ("execution", {"execution", "execution.driver", "execution.progress", "execution.batch", "execution.merge",
                    "profile"}),  # the build profile: the driver's timing, the machine's ceiling
     ("box memory", {"judges", "loom", "weaver", "systems.base", "systems.membox_tables", "systems.membox",

@@ -65,3 +65,22 @@ def test_build_speed_markdown_reports_each_conversation_and_the_ratio():
         "total": {"messages": 58, "before_s": 500.0, "after_s": 250.0, "ratio": 2.0}})
     assert "| conv-26 | 58 | 500 | 250 | 0.116 | 0.232 | 2.0 | 1.0 | 0.0 | 0.9 | 0/1 |" in md
     assert "**2.0**" in md and "before = llm.stage_contexts=false" in md
+
+
+def test_build_speed_reports_tokens_per_message_by_stage_and_the_load():
+    bs = script("build_speed")
+    usage = {"judge": {"calls": 20, "prompt_tokens": 1460, "completion_tokens": 0},
+             "link": {"calls": 2, "prompt_tokens": 232, "completion_tokens": 8}}
+    pm = bs.per_message(usage, 10)
+    assert pm["judge"] == {"calls": 2.0, "prompt_tokens": 146.0, "completion_tokens": 0.0}
+    assert pm["all"] == {"calls": 2.2, "prompt_tokens": 169.2, "completion_tokens": 0.8}
+    row = {"conversation": "conv-26", "messages": 10, "before_s": 25.0, "after_s": 5.0, "before_msg_per_s": 0.4,
+           "after_msg_per_s": 2.0, "ratio": 5.0, "labels": {}, "segmentation": {}, "extraction": {},
+           "failed_boxes": {"A": 0, "B": 0}, "before_s_per_msg": 2.5, "after_s_per_msg": 0.5,
+           "load_1min": {"start": 0.1, "end": 1.9}, "per_message": {"before": pm, "after": bs.per_message({}, 10)}}
+    md = bs.markdown({"date": "2026-12-04", "machine": "x86_64, 2 cores", "config": "cpu-ce", "before_config": "cpu",
+                      "before": [], "rows": [row], "total": {"messages": 10, "before_s": 25.0, "after_s": 5.0,
+                                                             "ratio": 5.0}})
+    assert "config cpu-ce; before = cpu\n" in md
+    assert "| conv-26 | before | 2.5 | 0.1-1.9 | 146 + 0 | 0 | 23.2 + 0.8 | 0 | 169.2 | 2.2 |" in md
+    assert "| conv-26 | after | 0.5 | 0.1-1.9 | 0 | 0 | 0 | 0 | 0 | 0 |" in md

@@ -226,7 +226,7 @@ def test_hybrid_features_and_weight_errors():
     with pytest.raises(StopIteration) as stop:
         step.send(FakeEmbedder().encode(req.texts))
     feats = stop.value.value
-    assert set(feats) == set(FEATURES) - set(LM_FEATURES) - set(CONV_FEATURES) - {"content"} and feats["speaker_change"] == 1.0 and feats["last_question"] == 0.0
+    assert set(feats) == set(FEATURES) - set(LM_FEATURES) - set(CONV_FEATURES) - {"content", "ce_continue"} and feats["speaker_change"] == 1.0 and feats["last_question"] == 0.0
     assert feats["rel_last"] == pytest.approx(feats["cos_last"] - feats["cohesion"])
     with pytest.raises(ValueError, match="unknown hybrid feature"):
         judge_for("hybrid", weights={"vibes": 1.0})

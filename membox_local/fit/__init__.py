@@ -5,6 +5,7 @@ DialSeg711 and LoCoMo box sizes measured beside them (BENCHMARKS.md, "Topic segm
     membox fit hybrid      # the hybrid with the LLM's likelihood features (--join K, --history N, --no-lm)
     membox fit content     # the CPU default's judge: content vector, weights, cap and bias (configs/cpu.toml)
     membox fit switch      # the hard-switch threshold on the PMI ratio (configs/cpu-switch.toml)
+    membox fit crossencoder  # the continuity cross-encoder over MiniLM (ce_continue; configs/cpu.toml)
     membox fit prob RUN    # llm-logprob's prob_threshold from a scored `membox eval segmentation` run
 
 Every decision goes through the Loom's own online rule (`evaluation.segmentation.run_segmenter`). Data:
@@ -24,6 +25,7 @@ COMMANDS = {  # subcommand -> (module, help)
     "hybrid": ("hybrid", "the hybrid with the LLM's likelihood features (fit, choose, report)"),
     "content": ("content", "the CPU default's judge: content vector + LLM weight, cap and bias, from TIAGE"),
     "switch": ("switch", "the hard-switch threshold on the PMI ratio, from TIAGE-train joins"),
+    "crossencoder": ("crossencoder", "the continuity cross-encoder over MiniLM (LoRA adapter + head) on TIAGE train"),
     "prob": ("prob", "llm-logprob's prob_threshold from a run scored with prob_threshold=0"),
 }
 # `membox fit content`: the LLM's features beside the content logit, by default and to choose from
@@ -76,6 +78,8 @@ def add_parser(subparsers) -> None:
     h.add_argument("--score-only", action="store_true", help="only compute and cache the scores")
     h.add_argument("--history", type=count(1), help="loom.history for the *_conv features (default: the config's)")
     h.add_argument("--no-lm", action="store_true", help="MiniLM features only (no LLM scores): sets cos and all")
+    h.add_argument("--ce", action="store_true",
+                   help="also the sets with the continuity cross-encoder's logit (ce_continue, [loom] ce_model)")
     h.add_argument("--join", type=count(0), default=0, metavar="K",
                    help="also fit on TIAGE-train dialogues joined K at a time, and choose on TIAGE dev as it is and "
                         "joined K at a time (DialSeg711's construction, from TIAGE only)")
@@ -97,6 +101,12 @@ def add_parser(subparsers) -> None:
                         "(default: --config and cpu-switch)")
     c.add_argument("--no-lm", action="store_true",
                    help="ablation: no LLM at all, the content model alone and no switch rule")
+    c.add_argument("--ce", action="store_true",
+                   help="no LLM: the continuity cross-encoder's logit (ce_continue) beside the content logit instead of "
+                        "the PMI, no switch rule (needs `membox fit crossencoder --write` and `... --skip 100`)")
+    c.add_argument("--ce-features", nargs="+", default=["ce_continue", "ce_conv_low"],
+                   choices=["ce_continue", "ce_conv", "ce_conv_low"],
+                   help="--ce: the cross-encoder's features beside the content logit (default: ce_continue ce_conv_low)")
     c.add_argument("--write", action="store_true",
                    help="write configs/content/tiage-<embedder>.json (and keep the result, as --save)")
 
@@ -104,6 +114,14 @@ def add_parser(subparsers) -> None:
     s.add_argument("--dialseg-limit", type=count(1), default=125, help="first N DialSeg711 dialogues")
     s.add_argument("--train-limit", type=count(1), default=100, help="first N TIAGE-train dialogues (switch fit)")
     s.add_argument("--locomo-limit", type=count(0), default=200, help="first N messages of each LoCoMo conversation")
+
+    x = command("crossencoder")
+    x.add_argument("--epochs", type=count(1), default=2, help="passes over the training pairs (default 2)")
+    x.add_argument("--train-limit", type=count(1), help="only the first N TIAGE-train dialogues")
+    x.add_argument("--skip", type=count(0), default=0, help="leave the first N training dialogues out (out of fold)")
+    x.add_argument("--dev-limit", type=count(1), help="only the first N TIAGE-dev dialogues for the reported AUC")
+    x.add_argument("--write", action="store_true",
+                   help="write configs/content/ce-tiage-<embedder>.safetensors (and keep the result, as --save)")
 
     pr = command("prob", data=False)
     pr.add_argument("scored", help="output folder of `membox eval segmentation --judge llm-logprob "

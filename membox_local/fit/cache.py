@@ -210,3 +210,32 @@ def precompute_scores(groups, backend: ScoreCache, window: int, label: str) -> N
         if before // 200 != done // 200 or done == total:
             print(f"{label}: {done}/{total} messages scored or cached ({time.time() - t0:.0f}s)", file=sys.stderr,
                   flush=True)
+
+
+def precompute_ce(groups, lc, label: str) -> None:
+    """The continuity cross-encoder's logit ([loom] ce_model) for every message with `window` earlier messages in
+    its group, in batches: every pair a judge with min_box_messages >= window asks. Kept in
+    runs/segmentation/ce-logits-<sha256 of the weights file>.json (text in it: not committed), so a rerun reads
+    them (logits differ between CPU builds, so they are never compared across machines)."""
+    import json
+
+    from ..continuity import continuity_scorer, pair_text, resolve_weights
+    from .report import RUNS
+
+    scorer = continuity_scorer(lc.ce_model)
+    digest = hashlib.sha256(resolve_weights(lc.ce_model).read_bytes()).hexdigest()[:16]
+    path = RUNS / f"ce-logits-{digest}.json"
+    if path.exists():
+        scorer.remember({(c, n): v for c, n, v in json.loads(path.read_text())})
+    w = lc.window
+    pairs = list(dict.fromkeys(pair_text(msgs[i - w:i], msgs[i]) for msgs in groups for i in range(w, len(msgs))))
+    known = scorer.known()
+    missing = [p for p in pairs if p not in known]
+    t0 = time.time()
+    for k in range(0, len(missing), 512):
+        scorer.score(missing[k:k + 512])
+        print(f"{label}: {min(k + 512, len(missing))}/{len(missing)} cross-encoder pairs ({time.time() - t0:.0f}s)",
+              file=sys.stderr, flush=True)
+    if missing:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps([[c, n, v] for (c, n), v in scorer.known().items()]))

@@ -24,6 +24,15 @@ Protocol (TIAGE only: DialSeg711 and LoCoMo are measured, never used to fit or c
    paper: 4.9-6.6). Until the late night of 2026-12-01 the box-size condition was applied before the cap (each
    offset at 24), which ruled out the offset with the best objective for boxes the cap would have shortened.
 
+With --ce (no LLM at all): step 2 stacks the continuity cross-encoder's logit (`ce_continue`, membox_local/continuity.py)
+instead of the PMI: its out-of-fold logits on dialogues 0-99 come from the cross-encoder fitted on dialogues
+100-299 (`membox fit crossencoder --skip 100`), the judge uses the one fitted on all 300 (`membox fit crossencoder
+--write`). Its hard-switch rule (a box opens when ce_conv < -ce_switch: the logit this far below the conversation's
+median) replaces the PMI's: ce_switch is chosen among CE_SWITCHES on TIAGE-train dialogues 0-99 joined in pairs with
+the joins as the only boundaries, judged by the out-of-fold cross-encoder (`membox fit switch`'s protocol; no
+dialogue there was seen by that cross-encoder). The offsets swept reach -2. The content vector of step 1 is the same fit as the
+default's: the committed file is used and checked against this run's.
+
 Every online figure goes through `membox_local.evaluation.segmentation.evaluate` (the Loom's own rule). LLM
 scores come from the cache folder (computed if missing, ~0.7 s per message on a 2-core CPU). Writes
 runs/segmentation/content.json (with --save or --write also benchmarks/results/segmentation-content.json) and,
@@ -34,6 +43,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -50,6 +60,7 @@ C_GRID = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05)
 SWITCH_RATIO = 0.40  # configs/cpu-switch.toml, fitted on TIAGE-train joins by `membox fit switch`
 SWEEP_MAX_BOX = 24  # no cap in effect (the LoomConfig default): LoCoMo sizes without the cap are reported too
 CAPS = (24, 20, 16, 12, 10, 8)  # then the smallest of these that TIAGE does not notice
+CE_SWITCHES = (1.0, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0, 5.0)  # --ce: the cross-encoder's hard-switch thresholds tried
 CONTENT_DIR = CONFIG_DIR / "content"  # where --write puts the vector: the configs' `content_vector` files
 
 
@@ -71,11 +82,51 @@ def content_logit(model, X, V) -> np.ndarray:
     return b + X[:, [FEATURES.index(f) for f in CUES]] @ ws + V @ wn
 
 
+def ce_models(embedder: str, fold: int) -> tuple[Path, Path]:
+    """--ce: (the judge's cross-encoder, the out-of-fold one that left dialogues 0..fold-1 out); loud if missing."""
+    final = CONTENT_DIR / f"ce-tiage-{embedder}.safetensors"
+    held = RUNS / f"ce-tiage-{embedder}-skip{fold}.safetensors"
+    for path, cmd in ((final, "membox fit crossencoder --write"), (held, f"membox fit crossencoder --skip {fold}")):
+        if not path.is_file():
+            raise InputError(f"--ce needs {path}: make it with `{cmd}`")
+    return final, held
+
+
+def committed_vector(wn: np.ndarray, embedder: str) -> Path:
+    """--ce: the committed content vector, checked against this run's fit of the same vector."""
+    path = CONTENT_DIR / f"tiage-{embedder}.json"
+    have = np.asarray(json.loads(path.read_text())["vector"])
+    diff = float(np.max(np.abs(have - wn / np.linalg.norm(wn))))
+    if diff > 1e-3:
+        raise InputError(f"{path}: this run's content vector differs by {diff:.4f}; refit it first "
+                         "(`membox fit content --write`)")
+    return path
+
+
+def choose_ce_switch(base, held_ce: Path, fold, emb, out: dict) -> float:
+    """--ce: the hard-switch threshold on ce_conv with the best objective on `fold`'s dialogues joined in pairs, joins
+    the only boundaries, judged by the switch rule alone with the cross-encoder that never saw them."""
+    from .cache import precompute_ce
+
+    sets = joins_only(fold)
+    rule = with_loom(base, judge="hybrid", weights={"ce_continue": 0.0}, bias=10.0, switch_ratio=0.0,
+                     ce_model=str(held_ce.resolve()), max_box_messages=SWEEP_MAX_BOX)
+    precompute_ce([d.messages for d in sets], rule.loom, "TIAGE train joins (held-out cross-encoder)")
+    rows = {t: run(with_loom(rule, ce_switch=t), sets, emb) for t in CE_SWITCHES}
+    best = max(rows, key=lambda t: objective(rows[t]))
+    out["ce_switch"] = {"by": "objective on TIAGE-train dialogues 0-99 joined in pairs, joins only, out-of-fold "
+                              "cross-encoder", "rows": {str(t): r for t, r in rows.items()}, "chosen": best}
+    print("ce_switch: " + " | ".join(f"{t}: {r['pk']:.3f}/{r['wd']:.3f}/{r['f1']:.3f}" for t, r in rows.items())
+          + f"; chosen {best}", file=sys.stderr, flush=True)
+    return best
+
+
 def main(args) -> int:
     from sklearn.linear_model import LogisticRegression
     from sklearn.metrics import roc_auc_score
 
-    lm_names = [] if args.no_lm else args.lm
+    lm_names = args.ce_features if args.ce else [] if args.no_lm else args.lm
+    llm = not (args.no_lm or args.ce)
     if args.no_lm and args.write:
         raise InputError("--no-lm fits the same content vector as the default's run: use the committed one, "
                          "without --write")
@@ -87,18 +138,27 @@ def main(args) -> int:
     report_locomo = {c: v[:args.locomo_report] for c, v in locomo.items()}
     locomo = {c: v[:args.locomo_limit] for c, v in locomo.items()} if args.locomo_limit else {}
     base = load_config(args.config)
+    if args.ce:
+        final_ce, held_ce = ce_models(base.embedder.model, args.lm_fold)
+        base = with_loom(base, ce_model=str(final_ce.resolve()), switch_ratio=0.0)
     lm_fold, content_fold = train[:args.lm_fold], train[args.lm_fold:]
     sets = {"tiage_dev": dev, "tiage_dev_joined": joined(dev, 2), "tiage_dev_joins_only": joins_only(dev),
             "dialseg711": dialseg}
     emb = LookupEmbedder(base, [m.text for ds in (train, dev, dialseg) for d in ds for m in d.messages] +
                          [m.text for v in report_locomo.values() for m in v], RUNS / "vectors.npz")
+    # --ce: the cache only answers the configs compared at the end (today's default reads the PMI)
     scorer = None if args.no_lm else ScoreCache(base, score_cache_path(base, args.cache_dir))
     sessions = sessions_of(report_locomo)
+    if args.ce:
+        from .cache import precompute_ce
+
+        precompute_ce([d.messages for ds in (train, dev, sets["tiage_dev_joined"], dialseg) for d in ds] + sessions,
+                      base.loom, "every judged pair")
     for label, groups in ((f"TIAGE train 0-{args.lm_fold - 1}", [d.messages for d in lm_fold]),
                           ("TIAGE dev", [d.messages for d in dev]),
                           ("TIAGE dev joined", [d.messages for d in sets["tiage_dev_joined"]]),
                           ("DialSeg711", [d.messages for d in dialseg]), ("LoCoMo", sessions)):
-        if scorer is not None:
+        if llm:
             precompute_scores(groups, scorer, base.loom.window, label)
     out: dict = {"date": time.strftime("%Y-%m-%d"), "command": command_line(args), "config": base.name,
                  "embedder": base.embedder.model, "llm": base.llm.model,
@@ -107,7 +167,7 @@ def main(args) -> int:
 
     # 1. the content model; C by teacher-forced AUC on TIAGE dev
     Xtr, ytr, Vtr = teacher_forced(train, emb, base.loom, 2, None, vectors=True)
-    Xdev, ydev, Vdev = teacher_forced(dev, emb, base.loom, 2, scorer, vectors=True)
+    Xdev, ydev, Vdev = teacher_forced(dev, emb, base.loom, 2, scorer if llm else None, vectors=True, ce=args.ce)
     aucs = {C: float(roc_auc_score(ydev, content_logit(fit_content(Xtr, ytr, Vtr, C), Xdev, Vdev))) for C in C_GRID}
     C = max(aucs, key=aucs.get)
     out["content_auc_tiage_dev_by_C"] = {str(k): round(v, 4) for k, v in aucs.items()}
@@ -118,7 +178,11 @@ def main(args) -> int:
     a, a0 = np.array([1.0]), 0.0  # --no-lm: the content model as it is
     if lm_names:
         Xa, ya, Va = teacher_forced(content_fold, emb, base.loom, 2, None, vectors=True)
-        Xb, yb, Vb = teacher_forced(lm_fold, emb, base.loom, 2, scorer, vectors=True)
+        if args.ce:  # out of fold: the cross-encoder that never saw these dialogues
+            Xb, yb, Vb = teacher_forced(lm_fold, emb, with_loom(base, ce_model=str(held_ce.resolve())).loom, 2,
+                                        None, vectors=True, ce=True)
+        else:
+            Xb, yb, Vb = teacher_forced(lm_fold, emb, base.loom, 2, scorer, vectors=True)
         S = np.column_stack([content_logit(fit_content(Xa, ya, Va, C), Xb, Vb)] +
                             [Xb[:, FEATURES.index(f)] for f in lm_names])
         stack = LogisticRegression(C=1.0, max_iter=2000).fit(S, yb)
@@ -138,13 +202,18 @@ def main(args) -> int:
               "teacher-forced states; C chosen on TIAGE dev", "C": C, "command": out["command"], "date": out["date"],
               "vector": [round(float(x), 6) for x in wn / norm]}
     RUNS.mkdir(parents=True, exist_ok=True)
-    vec_path = (CONTENT_DIR if args.write else RUNS) / f"tiage-{base.embedder.model}.json"
+    vec_path = (CONTENT_DIR if args.write and not args.ce else RUNS) / f"tiage-{base.embedder.model}.json"
     vec_path.parent.mkdir(parents=True, exist_ok=True)
     vec_path.write_text(json.dumps(vector) + "\n")
+    if args.ce:
+        vec_path = committed_vector(wn, base.embedder.model)
+
+    ce_switch = choose_ce_switch(base, held_ce, lm_fold, emb, out) if args.ce else 0.0
 
     def judge(offset: float, max_box: int = SWEEP_MAX_BOX):
         return with_loom(base, judge="hybrid", weights=weights, bias=round(bias + offset, 4), max_box_messages=max_box,
-                         content_vector=str(vec_path.resolve()), switch_ratio=0.0 if args.no_lm else SWITCH_RATIO)
+                         content_vector=str(vec_path.resolve()), switch_ratio=SWITCH_RATIO if llm else 0.0,
+                         ce_switch=ce_switch)
 
     def show(label, row):
         print(f"{label:14s} " + " | ".join(
@@ -166,7 +235,7 @@ def main(args) -> int:
         return min(r["max_box_messages"] for r in rows if round(r["selection"], 3) == top), rows
 
     out["sweep"] = []
-    for offset in np.round(np.arange(-1.0, 1.01, 0.25), 2):
+    for offset in np.round(np.arange(-2.0 if args.ce else -1.0, 1.01, 0.25), 2):
         cap, cap_rows = capped(float(offset))
         c = judge(float(offset), cap)
         row = {"offset": float(offset), "max_box_messages": cap, "caps": cap_rows,
@@ -187,18 +256,22 @@ def main(args) -> int:
     out["chosen"] = {"offset": best["offset"], "by": "each offset with the smallest cap TIAGE does not notice; "
                      "then the mean objective on TIAGE dev and TIAGE dev joined, LoCoMo 4-8 msg/box",
                      "loom": {"weights": chosen.loom.weights, "bias": chosen.loom.bias, "max_box_messages": cap,
-                              "switch_ratio": chosen.loom.switch_ratio, "content_vector": vec_path.name}}
+                              "switch_ratio": chosen.loom.switch_ratio, "content_vector": vec_path.name,
+                              "ce_switch": ce_switch}}
 
     # other configs, on the same subsets
-    for spec in args.compare or (["cpu-minilm"] if args.no_lm else [args.config, "cpu-switch"]):
+    for spec in args.compare or (["cpu-minilm"] if args.no_lm else [args.config, "cpu-minilm"] if args.ce
+                                 else [args.config, "cpu-switch"]):
         c = config_of(spec)
         out.setdefault("configs_now", {})[spec] = {**{k: run(c, v, emb, scorer) for k, v in sets.items()},
                                                    "locomo": sizes(c),
                                                    "locomo_report": locomo_sizes(c, report_locomo, emb, scorer)}
         show(spec, out["configs_now"][spec])
-    write_result("content-minilm" if args.no_lm else "content", out, args.save or args.write, indent=1)
+    name = "content-ce" if args.ce else "content-minilm" if args.no_lm else "content"
+    write_result(name, out, args.save or args.write, indent=1)
     inline = ", ".join(f"{k} = {v}" for k, v in chosen.loom.weights.items())
     print(f"chosen offset {best['offset']:+.2f}; [loom] for configs/cpu.toml:\nweights = {{ {inline} }}\n"
           f"bias = {chosen.loom.bias}\ncontent_vector = \"content/{vec_path.name}\"\n"
-          f"switch_ratio = {chosen.loom.switch_ratio}\nmax_box_messages = {cap}")
+          f"switch_ratio = {chosen.loom.switch_ratio}\nmax_box_messages = {cap}" +
+          (f"\nce_model = \"content/{final_ce.name}\"\nce_switch = {ce_switch}" if args.ce else ""))
     return 0

@@ -5,7 +5,9 @@ box). With --join K, the MiniLM-only sets `cos`, `all` and `conv` are candidates
 dialogues joined K at a time, and the choice the mean objective on TIAGE dev as it is and joined K at a time.
 The config's current judge and the embedding judge are measured on the same subsets for comparison. Scores:
 <cache-dir>/lm-scores-<backend>-<model>.tsv (missing ones ~0.6 s per message on a 2-core CPU, resumable);
-results: runs/segmentation/fit-lm[-join][-historyN].json and .md (fit-minilm... with --no-lm).
+results: runs/segmentation/fit-lm[-join][-historyN].json and .md (fit-minilm... with --no-lm). With --ce the sets
+with the continuity cross-encoder's logit (`ce_continue`, [loom] ce_model: `membox fit crossencoder --write`) are
+candidates too (its logits on TIAGE train are in-sample: `membox fit content --ce` stacks it out of fold).
 """
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ import numpy as np
 from ..config import load_config
 from .cache import LookupEmbedder, ScoreCache, precompute_scores, score_cache_path
 from .data import data_dir, dialogues, joined, locomo_conversations, sessions_of
-from .logistic import FEATURE_SETS, LM_FEATURE_SETS, choose_knot, fit_logistic, teacher_forced
+from .logistic import CE_FEATURE_SETS, FEATURE_SETS, LM_FEATURE_SETS, choose_knot, fit_logistic, teacher_forced
 from .measure import choose, chosen_fields, locomo_sizes, no_boundaries, objective, run, with_loom
 from .report import RUNS, command_line, write_result
 
@@ -46,6 +48,11 @@ def main(args) -> int:
             precompute_scores(groups, scorer, window, label)
     if args.score_only:
         return 0
+    if args.ce:
+        from .cache import precompute_ce
+
+        precompute_ce([d.messages for ds in (fit_on, dev, test, dev_joined) for d in ds] + sessions_of(locomo),
+                      cfg.loom, "every judged pair")
     report: dict = {"config": cfg.name, "embedder": cfg.embedder.model, "llm": cfg.llm.model,
                     "date": time.strftime("%Y-%m-%d"), "command": command_line(args),
                     "subsets": {"tiage_train": len(train), "tiage_dev": len(dev), "dialseg711": len(test),
@@ -74,9 +81,9 @@ def main(args) -> int:
     record("embedding, same subsets", with_loom(cfg, judge="embedding", weights={}))
     knot = cfg.loom.lm_knot if args.no_lm else choose_knot(cfg, fit_on, dev_joined or dev, emb, scorer, report)
     cfg = with_loom(cfg, lm_knot=knot)
-    X, y = teacher_forced(fit_on, emb, cfg.loom, 2, scorer)
+    X, y = teacher_forced(fit_on, emb, cfg.loom, 2, scorer, ce=args.ce)
     sets = {**({k: FEATURE_SETS[k] for k in ("cos", "all", "conv")} if join or args.no_lm else {}),
-            **({} if args.no_lm else LM_FEATURE_SETS)}
+            **({} if args.no_lm else LM_FEATURE_SETS), **(CE_FEATURE_SETS if args.ce else {})}
     for fs, names in sets.items():
         weights, bias = fit_logistic(X, y, names)
         offsets = np.round(np.arange(-2.0, 2.01, 0.25), 2)
@@ -85,7 +92,7 @@ def main(args) -> int:
         record(f"hybrid {fs} min_box=2" + (f", fitted with joins of {join}" if join else ""),
                with_loom(cfg, judge="hybrid", weights=weights, bias=round(bias + float(best), 4), min_box_messages=2))
     fitted = {"candidates": report["candidates"][2:]}
-    name = ("fit-minilm" if args.no_lm else "fit-lm") + ("-join" if join else "") + \
+    name = ("fit-minilm" if args.no_lm else "fit-lm") + ("-ce" if args.ce else "") + ("-join" if join else "") + \
         (f"-history{args.history}" if args.history else "")
     chosen = choose(fitted, f"{name}-chosen.md")["hybrid"]
     for c in report["candidates"]:

@@ -8,7 +8,7 @@ import sys
 import numpy as np
 
 from ..backends.base import Backend
-from ..config import CONV_FEATURES, FEATURES, LM_FEATURES
+from ..config import CE_FEATURES, CONV_FEATURES, FEATURES, LM_FEATURES
 from .cache import LookupEmbedder, answer
 from .measure import with_loom
 
@@ -18,13 +18,17 @@ FEATURE_SETS = {
     "cos+rel+context": ["cos_last", "cos_prev", "cos_window", "cos_box", "cohesion", "rel_last", "rel_window",
                         "max_box", "last_question", "box_age"],
     # speakers alternate in TIAGE
-    "all": [f for f in FEATURES if f not in ("speaker_change", "content") + LM_FEATURES + CONV_FEATURES],
+    "all": [f for f in FEATURES if f not in ("speaker_change", "content") + CE_FEATURES + LM_FEATURES + CONV_FEATURES],
     "all-noage": [f for f in FEATURES
-                  if f not in ("speaker_change", "box_age", "content") + LM_FEATURES + CONV_FEATURES],
+                  if f not in ("speaker_change", "box_age", "content") + CE_FEATURES + LM_FEATURES + CONV_FEATURES],
     # "all" with its question and length cues taken against the conversation's own level (*_conv)
     "conv": [f for f in FEATURES if f not in ("speaker_change", "new_question", "last_question", "len_new", "len_last",
-                                              "content") + LM_FEATURES + CONV_FEATURES] + ["new_question_conv", "last_question_conv", "len_new_conv", "len_last_conv"],
+                                              "content") + CE_FEATURES + LM_FEATURES + CONV_FEATURES] + ["new_question_conv", "last_question_conv", "len_new_conv", "len_last_conv"],
 }
+# with the continuity cross-encoder's logit (`membox fit hybrid --ce`)
+CE_FEATURE_SETS = {"ce": ["ce_continue"], "cos+ce": FEATURE_SETS["cos"] + ["ce_continue"],
+                   "conv+ce": FEATURE_SETS["conv"] + ["ce_continue"],
+                   "conv+ce_conv": FEATURE_SETS["conv"] + ["ce_continue", "ce_conv_low"]}
 LM_FEATURE_SETS = {
     "lm": ["lm_pmi", "lm_cond", "lm_pmi_low"],
     "cos+lm": FEATURE_SETS["cos"] + ["lm_pmi", "lm_cond", "lm_pmi_low"],
@@ -36,17 +40,20 @@ LM_FEATURE_SETS = {
 
 
 def teacher_forced(dialogues, emb: LookupEmbedder, lc, min_box: int, scorer: Backend | None = None,
-                   vectors: bool = False):
+                   vectors: bool = False, ce: bool = False):
     """(features, continues) for every turn judged with the reference segment so far as the open box and the
     dialogue's earlier turns as its history, computed by the hybrid judge's own code (`lc`: a LoomConfig; its
     window, history and lm_knot). Likelihood features (lm_*) come from `scorer`; without one they are 0.
-    With `vectors`, also each judged message's embedding (what the `content` feature reads)."""
+    With `vectors`, also each judged message's embedding (what the `content` feature reads); with `ce`, the
+    cross-encoder of lc.ce_model gives `ce_continue` (0 without)."""
     from ..judges import HybridJudge
 
     lc = copy.deepcopy(lc)
-    lc.switch_ratio = 0.0
+    lc.switch_ratio = lc.ce_switch = 0.0
     # every feature but `content`, which needs a fitted vector (`membox fit content` adds it)
-    lc.weights = {f: 1.0 for f in FEATURES if f != "content" and (scorer is not None or f not in LM_FEATURES)}
+    # and `ce_continue` only with a cross-encoder ([loom] ce_model), so that a fit without one runs as before
+    lc.weights = {f: 1.0 for f in FEATURES if f != "content" and (scorer is not None or f not in LM_FEATURES)
+                  and (f not in CE_FEATURES or ce)}
     judge = HybridJudge(lc)
     X, y, V = [], [], []
     for d in dialogues:

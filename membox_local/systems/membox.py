@@ -27,10 +27,13 @@ class BoxMemory(Component):
         "loom.min_box_messages": 2, "loom.max_box_messages": 24, "loom.seal_on_session_change": True,
         "loom.weights": {}, "loom.bias": 0.0, "loom.lm_knot": 1.0, "loom.history": 30, "loom.content_vector": "",
         "loom.switch_ratio": 0.0,
+        # the cross-encoder's file is read only with a `ce_continue` weight, which no store before it had
+        "loom.ce_model": "content/ce-tiage-all-minilm-l6-v2.safetensors", "loom.ce_switch": 0.0,
         "extract.max_topic_chars": 80, "extract.max_keywords": 8, "extract.max_keyword_chars": 40,
         "extract.max_events": 6, "extract.max_event_chars": 160, "extract.min_grounding": 0.5,
         "extract.max_tokens": 400, "extract.speaker_grounding": False,
         "weaver.enabled": True, "weaver.vote_threshold": 0.5, "weaver.max_candidates": 4, "weaver.max_tokens": 200,
+        "weaver.shown_trace_events": 8, "weaver.link_voters_only": False, "weaver.link_event_chars": 0,
     }
 
     def __init__(self, memory):

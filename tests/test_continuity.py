@@ -1,0 +1,200 @@
+"""The continuity cross-encoder (membox_local/continuity.py) as the hybrid judge's `ce_continue` feature, its fit
+(`membox fit crossencoder`, `membox fit content --ce`) and the cheaper link verification's keys; through the
+doubles, plus integration tests that load the committed weights and train on a tiny slice with the real MiniLM."""
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+
+from membox_local import continuity
+from membox_local.config import ConfigError, load_config
+from membox_local.fit import cache
+from membox_local.fit.cache import answer
+from membox_local.judges import make_judge
+from membox_local.records import Message
+from membox_local.testing import FakeBackend, FakeContinuityScorer, FakeEmbedder
+
+COMMITTED = continuity.CONFIG_DIR / "content" / "ce-tiage-all-minilm-l6-v2.safetensors"
+
+
+def msg(i: int, text: str, speaker: str = "A", session: str = "1") -> Message:
+    return Message("c", str(i), speaker, text, session, "", i)
+
+
+GARDEN = [msg(0, "I planted tomatoes in the garden"), msg(1, "Tomatoes need sunshine and watering", "B"),
+          msg(2, "My garden soil is full of compost")]
+CONTINUES = msg(3, "Compost makes the tomatoes grow in the garden soil", "B")
+SWITCHES = msg(3, "Did you watch the football final last night?", "B")
+
+
+@pytest.fixture
+def fake_ce(monkeypatch):
+    monkeypatch.setitem(continuity.MODELS, "scorer", FakeContinuityScorer)
+    monkeypatch.setattr(continuity, "_LOADED", {})
+
+
+def ce_loom(**kw):
+    lc = copy.deepcopy(load_config("cpu").loom)
+    lc.weights, lc.bias, lc.switch_ratio = {"ce_continue": 1.0}, 0.0, 0.0
+    for k, v in kw.items():
+        setattr(lc, k, v)
+    return lc
+
+
+def test_pair_text_keeps_the_context_end_and_the_new_line_start():
+    long = msg(0, " ".join(f"w{i}" for i in range(200)))
+    ctx, new = continuity.pair_text([GARDEN[0], long], long)
+    assert ctx.startswith(GARDEN[0].text) and ctx.endswith("w199")
+    assert len(ctx.split(" [SEP] ")[1].split()) == continuity.CONTEXT_WORDS
+    assert new.split()[0] == "w0" and len(new.split()) == continuity.NEW_WORDS
+
+
+def test_hybrid_with_the_cross_encoder_makes_no_llm_call(fake_ce):
+    judge = make_judge(ce_loom())
+    assert not judge.uses_llm and judge.history == 0
+    backend = FakeBackend()  # any model request would land here
+    keep = answer(judge.decide(GARDEN, CONTINUES), backend, FakeEmbedder())
+    new = answer(judge.decide(GARDEN, SWITCHES), backend, FakeEmbedder())
+    assert keep.continues and not new.continues and keep.score > new.score
+    assert backend.calls == []
+    # the feature reads the box's last `window` lines only, as the training pairs did
+    feats = answer(judge.features(GARDEN, CONTINUES), backend, FakeEmbedder())
+    assert feats["ce_continue"] == judge.ce.score([continuity.pair_text(GARDEN[-2:], CONTINUES)])[0]
+
+
+def test_the_cross_encoder_switch_rule_reads_the_logit_against_the_conversations_median(fake_ce):
+    earlier = GARDEN + [msg(3, "The garden tomatoes need compost", "B"), msg(4, "Compost and soil for the garden")]
+    judge = make_judge(ce_loom(weights={"ce_continue": 0.0}, bias=10.0, ce_switch=2.0))
+    assert judge.history == judge.cfg.history + judge.cfg.window and not judge.uses_llm
+    box = earlier[-2:]
+    keep = answer(judge.decide(box, msg(5, "Tomatoes love garden compost"), earlier), None, FakeEmbedder())
+    switch = answer(judge.decide(box, msg(5, "Did you watch the football final?"), earlier), None, FakeEmbedder())
+    assert keep.continues and (switch.continues, switch.label) == (False, "switch")
+    feats = answer(judge.features(box, msg(5, "Did you watch the football final?"), earlier), None, FakeEmbedder())
+    assert feats["ce_conv"] < -2.0 and feats["ce_conv_low"] == feats["ce_conv"]
+    # neutral until the conversation has a level
+    feats = answer(judge.features(GARDEN[:2], msg(2, "Did you watch the football final?"), GARDEN[:2]), None,
+                   FakeEmbedder())
+    assert feats["ce_conv"] == 0.0
+
+
+def test_the_scorer_is_loaded_once_per_process(fake_ce):
+    assert make_judge(ce_loom()).ce is make_judge(ce_loom()).ce
+
+
+def test_a_cross_encoder_weight_without_its_file_is_one_config_error(fake_ce, tmp_path):
+    with pytest.raises(ConfigError, match="ce_model"):
+        make_judge(ce_loom(ce_model=str(tmp_path / "missing.safetensors")))
+    with pytest.raises(ConfigError, match="ce_model"):
+        make_judge(ce_loom(ce_model=""))
+    bogus = tmp_path / "bogus.safetensors"
+    bogus.write_bytes(b"not a weights file")
+    with pytest.raises(ConfigError, match="not a cross-encoder weights file"):
+        load_config("cpu", {"loom.weights": {"ce_continue": 1.0}, "loom.ce_model": str(bogus)})
+
+
+def test_cpu_ce_config_asks_no_llm_call(fake_ce):
+    cfg = load_config("cpu-ce")
+    judge = make_judge(cfg.loom)
+    assert "ce_continue" in cfg.loom.weights and cfg.loom.switch_ratio == 0.0 and not judge.uses_llm
+
+
+def test_training_pairs_label_shifts_and_add_joins():
+    from membox_local.evaluation.segmentation import Dialogue
+    from membox_local.fit.crossencoder import JOIN_OFFSETS, training_pairs
+
+    dials = [Dialogue(f"d{k}", [msg(i, f"line {k} {i}") for i in range(6)], [3]) for k in range(9)]
+    pairs = training_pairs(dials)
+    inside = [p for p in pairs[:4]]  # dialogue 0: turns 2..5
+    assert [y for _, y in inside] == [1, 0, 1, 1]
+    assert inside[1][0] == ("line 0 1 [SEP] line 0 2", "line 0 3")
+    joins = pairs[9 * 4:]
+    assert len(joins) == sum(9 - off for off in JOIN_OFFSETS) and all(y == 0 for _, y in joins)
+    assert joins[0][0] == ("line 0 4 [SEP] line 0 5", "line 1 0")
+    assert len(training_pairs(dials, joins=False)) == 9 * 4
+
+
+def test_fit_content_ce_stacks_the_cross_encoder_out_of_fold(tmp_path, monkeypatch, capsys, fake_ce):
+    """`membox fit content --ce` on the tiny data of tests/test_fit.py: needs both cross-encoders (loud when one is
+    missing), checks the content vector against the committed one, and chooses a judge with a ce_continue weight
+    and no switch rule."""
+    from membox_local.cli import main
+    from membox_local.fit import content
+    from tests.test_fit import write_data
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setitem(cache.MODELS, "embedder", lambda cfg: FakeEmbedder())
+    monkeypatch.setitem(cache.MODELS, "backend", lambda cfg: FakeBackend())
+    write_data(tmp_path / "data")
+    folder = tmp_path / "configs" / "content"
+    monkeypatch.setattr(content, "CONTENT_DIR", folder)
+    args = ["fit", "content", "--data-dir", "data", "--cache-dir", "cache", "--lm-fold", "4",
+            "--compare", "cpu-minilm"]
+    assert main(args + ["--write"]) == 0  # the content vector that --ce checks against
+    assert main(args + ["--ce"]) == 2 and "membox fit crossencoder --write" in capsys.readouterr().err
+    folder.joinpath("ce-tiage-all-minilm-l6-v2.safetensors").write_bytes(b"final")  # the double reads no bytes
+    (tmp_path / "runs/segmentation/ce-tiage-all-minilm-l6-v2-skip4.safetensors").write_bytes(b"held out")
+    capsys.readouterr()
+    assert main(args + ["--ce"]) == 0
+    report = json.loads((tmp_path / "runs/segmentation/content-ce.json").read_text())
+    loom = report["chosen"]["loom"]
+    assert loom["switch_ratio"] == 0.0 and "ce_continue" in loom["weights"] and "lm_pmi_conv" not in loom["weights"]
+    assert 'ce_model = "content/ce-tiage-all-minilm-l6-v2.safetensors"' in capsys.readouterr().out
+
+
+# ---- the cheaper link verification --------------------------------------------------------------
+def test_link_calls_show_only_voters_cut_and_bounded(tmp_path):
+    from tests.test_weaver import Bench
+
+    cfg = load_config("cpu")
+    cfg.weaver.vote_threshold = 0.15
+    bench = Bench(tmp_path, cfg)
+    try:
+        bench.weave(bench.box("1", ["Ann planted tomatoes in her garden", "Ann bought a red bicycle"]))
+        bench.weave(bench.box("2", ["Ann watered the tomatoes in her garden", "Ann repaired the bicycle brakes"]))
+        full = bench.prompts("link")
+        cfg.weaver.link_voters_only, cfg.weaver.link_event_chars, cfg.weaver.shown_trace_events = True, 24, 1
+        bench.weave(bench.box("3", ["Ann harvested tomatoes from the garden today", "Ben went to the cinema"]))
+        cheap = bench.prompts("link")[len(full):]
+    finally:
+        bench.store.close()
+    assert cheap, "the tomato event votes for its trace"
+    for p in cheap:
+        text = str(p)
+        assert "cinema" not in text  # not a voter of the tomato trace
+        assert "Ann harvested tomatoes from…" in text or "Ann harvested tomatoes…" in text
+        assert text.count("\n- ") <= 1  # one trace event shown
+
+
+# ---- the real model ----------------------------------------------------------------------------
+@pytest.mark.integration
+def test_committed_cross_encoder_ranks_a_continuation_above_a_switch():
+    continuity._LOADED.clear()
+    scorer = continuity.continuity_scorer(str(COMMITTED))
+    assert scorer.meta["base"] == "all-minilm-l6-v2" and "TIAGE train" in scorer.meta["fitted_on"]
+    assert COMMITTED.stat().st_size < 3_000_000
+    ctx = GARDEN[-2:]
+    keep, switch = scorer.score([continuity.pair_text(ctx, CONTINUES), continuity.pair_text(ctx, SWITCHES)])
+    assert keep > switch
+    again = scorer.score([continuity.pair_text(ctx, SWITCHES)])[0]
+    assert again == switch  # cached
+
+
+@pytest.mark.integration
+def test_fit_crossencoder_trains_on_a_tiny_slice(tmp_path, monkeypatch, capsys):
+    from membox_local.cli import main
+    from tests.test_fit import write_data
+
+    monkeypatch.chdir(tmp_path)
+    write_data(tmp_path / "data")
+    assert main(["fit", "crossencoder", "--data-dir", "data", "--train-limit", "3", "--epochs", "1"]) == 0
+    out = capsys.readouterr().out
+    info = json.loads(out[out.index("{"):])
+    path = tmp_path / "runs/segmentation/ce-tiage-all-minilm-l6-v2.safetensors"
+    assert info["train_pairs"] > 0 and info["train_seconds"] > 0 and 0 <= info["tiage_dev_pair_auc"] <= 1
+    assert path.stat().st_size < 3_000_000
+    continuity._LOADED.clear()
+    scorer = continuity.continuity_scorer(str(path))
+    assert scorer.meta["epochs"] == 1 and len(scorer.score([("a b", "c d")])) == 1
