@@ -30,6 +30,15 @@ CONFIG_DIR = PACKAGE_DIR / "configs"  # package data: the configs users name wit
 LLM_BACKENDS = ("llamacpp", "openai", "vllm", "transformers")
 EMBEDDER_BACKENDS = ("sentence-transformers", "openai")
 JUDGE_NAMES = ("embedding", "llm", "llm-logprob", "hybrid", "authors")
+# each memory system with the retrieval modes that read what it builds (systems.SYSTEMS is made from this), and the
+# modes that read stored messages alone; retrieval.register refuses a mode named in neither
+SYSTEM_MODES: dict[str, tuple[str, ...]] = {
+    "membox": ("compact", "trace", "box-hits", "box-hits-trace"),
+    # event-graph-boxes reads the box memory's boxes too: it needs systems = ["membox", "eventweave"]
+    "eventweave": ("event-graph", "event-graph-boxes"),
+}
+MESSAGE_MODES: tuple[str, ...] = ("turn-rag", "chunk-rag", "full-context")
+RETRIEVAL_MODES: tuple[str, ...] = MESSAGE_MODES + tuple(m for modes in SYSTEM_MODES.values() for m in modes)
 # the hybrid judge's features: the keys [loom] weights accepts (computed in judges.py)
 LM_FEATURES = ("lm_pmi", "lm_cond", "lm_pmi_low", "lm_pmi_conv", "lm_pmi_conv_low", "lm_pmi_ratio")
 CONV_FEATURES = ("new_question_conv", "last_question_conv", "len_new_conv", "len_last_conv", "lm_pmi_conv",
@@ -308,17 +317,14 @@ def config_from_dict(data: dict[str, Any], where: str = "config") -> Config:
 
 
 def validate(cfg: Config, where: str = "config") -> None:
-    """Checks across keys and against the registries: systems, retrieval mode, hybrid weights."""
-    from .retrieval import RETRIEVERS
-    from .systems import SYSTEMS
-
+    """Checks across keys and against the names a config may use: systems, retrieval mode, hybrid weights."""
     for name in cfg.memory.systems:
-        if not isinstance(name, str) or name not in SYSTEMS:
+        if not isinstance(name, str) or name not in SYSTEM_MODES:
             raise ConfigError(f"{where} [memory] systems: unknown memory system {name!r}; "
-                              f"known: {', '.join(SYSTEMS)}")
+                              f"known: {', '.join(SYSTEM_MODES)}")
     if not cfg.memory.systems or len(set(cfg.memory.systems)) != len(cfg.memory.systems):
         raise ConfigError(f"{where} [memory] systems: name at least one system, each once")
-    modes = set(RETRIEVERS) | {m for s in cfg.memory.systems for m in SYSTEMS[s].modes}
+    modes = set(RETRIEVAL_MODES)
     if cfg.retrieve.mode not in modes:
         raise ConfigError(f"{where} [retrieve] mode: {cfg.retrieve.mode!r} is not a mode of these memory systems; "
                           f"choose one of {', '.join(sorted(modes))}")

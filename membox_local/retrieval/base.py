@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, TypeVar
+from typing import TypeVar
 
-if TYPE_CHECKING:
-    from ..memory import Memory
+from ..config import RETRIEVAL_MODES
+from ..seams import MemoryView
 
 _TOKEN = re.compile(r"\w+|[^\w\s]")
 
@@ -38,7 +38,7 @@ class Retriever:
     # boxes, no records) or "records" (a full build: extracted boxes, events, traces)
     needs = "records"
 
-    def __init__(self, memory: "Memory"):
+    def __init__(self, memory: "MemoryView"):
         self.memory = memory
 
     def retrieve(self, question: str, conversation_id: str | None, k: int, budget_tokens: int) -> Context:
@@ -51,13 +51,16 @@ R = TypeVar("R", bound=type)
 
 def register(cls: R) -> R:
     """Class decorator: make a Retriever subclass available as retrieval mode `cls.name`."""
+    if cls.name not in RETRIEVAL_MODES:
+        raise ValueError(f"retrieval mode '{cls.name}' is not named in config.RETRIEVAL_MODES (the names a config "
+                         f"may use): add it there")
     if cls.name in RETRIEVERS and RETRIEVERS[cls.name] is not cls:
         raise ValueError(f"retrieval mode '{cls.name}' is registered twice")
     RETRIEVERS[cls.name] = cls
     return cls
 
 
-def make_retriever(mode: str, memory: "Memory") -> Retriever:
+def make_retriever(mode: str, memory: "MemoryView") -> Retriever:
     if mode not in RETRIEVERS:
         raise ValueError(f"unknown retrieval mode '{mode}'; choose one of {sorted(RETRIEVERS)}")
     return RETRIEVERS[mode](memory)

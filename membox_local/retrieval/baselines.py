@@ -11,16 +11,13 @@ per memory folder; ranking is exact cosine over one conversation's messages with
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..records import Message
 from .base import Context, Retriever, register
 from .layout import CHUNK_WORDS, Layout, chunk_session_messages, chunk_text, shown_render
-
-if TYPE_CHECKING:
-    from ..config import Config
+from ..config import Config
 
 ANSWER_PROMPT_RESERVE = 200  # model tokens for the answer prompt's fixed instructions and question
 MODEL_TOKENS_PER_COUNTED = 1.25  # llama-style tokenizers produce somewhat more tokens than count_tokens

@@ -24,7 +24,7 @@ the Loom's continuity rule and no extraction, which `membox eval locomo --boxes-
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable
+from typing import Callable
 
 import numpy as np
 
@@ -32,9 +32,7 @@ from ..records import Box, Message
 from .base import Context, Retriever, register
 from .baselines import TurnRagRetriever
 from .layout import CHUNK_WORDS, Layout, chunk_session_messages, chunk_text, plain, shown_render
-
-if TYPE_CHECKING:
-    from ..memory import Memory
+from ..seams import MemoryView
 
 DECAY = 0.1  # priority lost per turn of distance from a hit in the same box
 BOX_WEIGHT = 0.3  # weight of the whole box's cosine in each of its messages' priority
@@ -80,7 +78,7 @@ def topic_line(box: Box) -> str:
     return f"(topic: {box.topic})" if box.topic else ""
 
 
-def box_map(memory: "Memory", messages: list[Message], vectors: np.ndarray, conversation_id: str | None,
+def box_map(memory: "MemoryView", messages: list[Message], vectors: np.ndarray, conversation_id: str | None,
             mode: str, window_vectors: Callable[[list[Message], list[np.ndarray]], np.ndarray]) -> BoxMap:
     """The scope's boxes; `window_vectors(messages, members)` gives each message's window vector."""
     store = memory.store
@@ -102,7 +100,7 @@ def box_map(memory: "Memory", messages: list[Message], vectors: np.ndarray, conv
                   centroids=_unit(centroids), scope=conversation_id)
 
 
-def box_chunk_vectors(memory: "Memory", messages: list[Message], members: list[np.ndarray],
+def box_chunk_vectors(memory: "MemoryView", messages: list[Message], members: list[np.ndarray],
                       chunk_words: int = CHUNK_WORDS) -> np.ndarray:
     """Message index -> embedding of its window: the ~chunk_words-word chunk of consecutive messages of its
     box that holds it (whole messages, rendered as chunk-rag renders its chunks)."""
@@ -133,7 +131,7 @@ class BoxHitsRetriever(Retriever):
     headers = "date"
     chunk_words = CHUNK_WORDS
 
-    def __init__(self, memory: "Memory"):
+    def __init__(self, memory: "MemoryView"):
         super().__init__(memory)
         self.turns = TurnRagRetriever(memory)  # message vectors, embedded once per memory folder
         self._maps: dict[str | None, BoxMap] = {}

@@ -23,7 +23,7 @@ the best evidence recall (benchmarks/fit_eventweave.py; README, "EventWeave").
 from __future__ import annotations
 
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Hashable, Sequence
+from typing import Any, Hashable, Sequence
 
 import numpy as np
 
@@ -32,9 +32,10 @@ from .base import Context, Retriever, count_tokens, register
 from .boxhits import BoxHitsRetriever
 from .layout import Layout, shown_render
 
-if TYPE_CHECKING:
-    from ..systems.eventweave import GraphSnapshot
-    from ..systems.eventweave_tables import GraphEvent
+# what the event graph's system hands over (systems/eventweave.py GraphSnapshot, systems/eventweave_tables.py
+# GraphEvent): not imported, the retrieval modes sit below the systems
+GraphSnapshot = Any
+GraphEvent = Any
 
 
 def event_line(e: "GraphEvent", resolve: bool) -> str:

@@ -9,6 +9,8 @@ from __future__ import annotations
 import importlib
 from dataclasses import dataclass
 
+from ..config import SYSTEM_MODES
+
 
 @dataclass(frozen=True)
 class SystemInfo:
@@ -16,10 +18,10 @@ class SystemInfo:
     modes: tuple[str, ...]  # retrieval modes that read what this system builds
 
 
+# one registration line per system; its name and modes are config.SYSTEM_MODES' (the names a config may use)
 SYSTEMS: dict[str, SystemInfo] = {
-    "membox": SystemInfo("membox_local.systems.membox", ("compact", "trace", "box-hits", "box-hits-trace")),
-    # event-graph-boxes reads the box memory's boxes too: it needs systems = ["membox", "eventweave"]
-    "eventweave": SystemInfo("membox_local.systems.eventweave", ("event-graph", "event-graph-boxes")),
+    "membox": SystemInfo("membox_local.systems.membox", SYSTEM_MODES["membox"]),
+    "eventweave": SystemInfo("membox_local.systems.eventweave", SYSTEM_MODES["eventweave"]),
 }
 
 

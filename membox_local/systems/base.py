@@ -10,12 +10,10 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
 from ..requests import Step
-
-if TYPE_CHECKING:
-    from ..memory import Memory
+from ..seams import MemoryView
 
 
 class Component:
@@ -25,7 +23,7 @@ class Component:
     # the value a build setting had before its key existed: a store built then is continued while it keeps it
     before_key_existed: dict[str, Any] = {}
 
-    def __init__(self, memory: "Memory"):
+    def __init__(self, memory: "MemoryView"):
         self.memory = memory
 
     @property

@@ -25,16 +25,14 @@ them and gets the graph an online build would have.
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Sequence
+from typing import Sequence
 
 import numpy as np
 
+from ..config import EventWeaveConfig
 from ..records import Message
 from ..retrieval.base import count_tokens
 from .eventweave_tables import SYMMETRIC, GraphEvent, GraphNode
-
-if TYPE_CHECKING:
-    from ..config import EventWeaveConfig
 
 
 def unit(v: np.ndarray) -> np.ndarray:

@@ -1,0 +1,114 @@
+"""Reading by meaning: `search` (boxes near a question), `context` (a retrieval mode's context within a token budget)
+and `answer` (the answering model over it), each inside the conversations a call names."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping
+
+from .backends.base import Backend, TextRequest
+from .index import VectorIndex
+from .ingest import InputError
+from .prompts import answer_prompt
+from .records import Box
+from .retrieval import RETRIEVERS, Context, make_retriever
+from .systems import SYSTEMS
+
+@dataclass
+class Answer:
+    text: str
+    context: Context
+    question: str
+
+
+def check_question(question: object, where: str) -> None:
+    """A question is a non-empty string that can be written as UTF-8 (no lone surrogate): else an InputError."""
+    if not isinstance(question, str):
+        raise InputError(f"{where}: the question must be a string, got {type(question).__name__}")
+    if not question.strip():
+        raise InputError(f"{where}: the question is empty")
+    try:
+        question.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InputError(f"{where}: the question is not valid Unicode (a lone surrogate at character "
+                         f"{exc.start})") from None
+
+
+class Reading:
+    """A part of `Memory` (memory.py: the class is made of these parts); it uses the attributes and models
+    Memory.__init__ sets (store, config, components, the write lock)."""
+
+    def boxes(self, conversation_id: str | None = None) -> list[Box]:
+        """The box memory's boxes, with their messages and events."""
+        self.system("membox")
+        return self.store.boxes(conversation_id)
+
+    def index(self, name: str) -> VectorIndex:
+        """A vector index kept beside the store (`<name>.hnsw`), derived from it and rebuilt when deleted."""
+        if name not in self._indexes:
+            self._indexes[name] = VectorIndex(self.path / f"{name}.hnsw", self.embedder.dim)
+        return self._indexes[name]
+
+    def _default_conversation(self, conversation_id: str | None, where: str = "search") -> str | None:
+        """The conversation a read sees: the one named, else the memory's only one. Conversations are the
+        isolation unit, so a read of a memory holding several must say which (or, for search, which several)."""
+        if conversation_id is not None:
+            return conversation_id
+        convs = self.store.conversations()
+        if len(convs) > 1:
+            shown = ", ".join(convs[:5]) + (", ..." if len(convs) > 5 else "")
+            raise InputError(f"{where}: this memory holds {len(convs)} conversations ({shown}); name one with "
+                             f"conversation_id (--conversation), or several with conversation_ids (search)")
+        return convs[0] if convs else None
+
+    def search(self, question: str, k: int | None = None, conversation_id: str | None = None, *,
+               conversation_ids: Iterable[str] | None = None, user_id: str | None = None, agent_id: str | None = None,
+               filters: Mapping[str, Any] | None = None) -> list[tuple[Box, float]]:
+        """The k extracted boxes nearest the question (default [retrieve] k), as (Box, cosine), best first.
+
+        Within one conversation (`conversation_id`: nothing of another one is seen) or several
+        (`conversation_ids`); naming none is allowed only when the memory holds one conversation. With `user_id`, `agent_id` or `filters` (metadata key -> value, equal as
+        JSON), among the boxes holding a message that matches them all (as Memory.get_all)."""
+        check_question(question, "search")
+        k = k or self.config.retrieve.k
+        if conversation_ids is None and user_id is None and agent_id is None and filters is None:
+            return self.system("membox").search(question, k, self._default_conversation(conversation_id))
+        convs = self._scope("search", conversation_id, conversation_ids)
+        return self.system("membox").search(question, k, None,
+                                            boxes=self._matching_boxes(convs, user_id, agent_id, filters))
+
+    def modes(self) -> list[str]:
+        """Retrieval modes this memory can serve: the message-only ones and those of its systems."""
+        claimed = {m for info in SYSTEMS.values() for m in info.modes}
+        own = {m for n in self.config.memory.systems for m in SYSTEMS[n].modes}
+        return sorted(m for m in RETRIEVERS if m not in claimed or m in own)
+
+    def context(self, question: str, conversation_id: str | None = None, mode: str | None = None,
+                k: int | None = None, budget_tokens: int | None = None) -> Context:
+        check_question(question, "retrieve")
+        rc = self.config.retrieve
+        mode = mode or rc.mode
+        if mode in RETRIEVERS and mode not in self.modes():
+            raise ValueError(f"retrieval mode '{mode}' reads a memory system this config does not build; "
+                             f"choose one of {self.modes()}")
+        for name, value in (("k", k), ("budget_tokens", budget_tokens)):
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+                raise InputError(f"{name} must be a whole number of at least 1 (got {value!r})")
+        retriever = make_retriever(mode, self)
+        k = rc.k if k is None else k
+        budget_tokens = rc.budget_tokens if budget_tokens is None else budget_tokens
+        return retriever.retrieve(question, self._default_conversation(conversation_id, "retrieve"), k, budget_tokens)
+
+    def answer(self, question: str, conversation_id: str | None = None, **kw) -> Answer:
+        return self.answer_from(question, self.context(question, conversation_id, **kw), conversation_id)
+
+    def answer_from(self, question: str, ctx: Context, conversation_id: str | None = None,
+                    backend: Backend | None = None) -> Answer:
+        """Answer from a context already retrieved (evaluations reuse one retriever across questions, and may
+        pass another answering backend)."""
+        res = (backend or self.answer_backend).text([TextRequest(answer_prompt(ctx.text, question), "answer",
+                                                                 self.config.answer.max_tokens)])[0]
+        if isinstance(res, BaseException):
+            raise res
+        self.store.record_usage(conversation_id or "", "answer", res.usage.prompt_tokens,
+                                res.usage.completion_tokens)
+        return Answer(res.text.strip(), ctx, question)
