@@ -1,6 +1,6 @@
 """Crash safety, measured: builds killed with SIGKILL at random points, resumed, checked, compared.
 
-A worker process (`python -m membox_local.evaluation.integrity worker STORE`) builds the bundled demo
+A worker process (`python -m membox_local.evaluation.crash worker STORE`) builds the bundled demo
 conversation (40 messages, 3 sessions) and a shorter second one (26 messages, 2 sessions), session by session,
 batched, with the deterministic doubles (membox_local/testing.py) and the CPU config (the hybrid judge), each
 model call, embedding batch, commit and index save announced on stdout and slowed by a small delay. The harness
@@ -28,7 +28,7 @@ import sys
 from datetime import date
 from pathlib import Path
 
-from membox_local.evaluation.integrity import run_campaign
+from membox_local.evaluation.crash import run_campaign
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -9,8 +9,8 @@ import sqlite3
 import numpy as np
 import pytest
 
-from membox_local.evaluation.integrity import (check_store, crash_config, crash_messages, memory_digest,
-                                               message_counts, run_campaign)
+from membox_local.evaluation.crash import crash_config, crash_messages, run_campaign
+from membox_local.evaluation.integrity import check_store, memory_digest, message_counts
 from membox_local.index import VectorIndex
 from membox_local.ingest import load_jsonl
 from membox_local.memory import Memory
