@@ -25,7 +25,7 @@ DEMO_QUESTIONS = [
 ]
 
 # Modules under membox_local/evaluation/ that add a `membox eval <name>` subcommand via add_parser(subparsers).
-EVAL_MODULES: list[str] = ["segmentation", "locomo"]
+EVAL_MODULES: list[str] = ["segmentation", "locomo", "longmemeval"]
 # Other modules that add a top-level subcommand via add_parser(subparsers).
 COMMAND_MODULES: list[str] = ["compare", "fit", "view", "server", "mcp_server", "graph_cli"]
 

@@ -37,7 +37,7 @@ SYSTEM_MODES: dict[str, tuple[str, ...]] = {
     # event-graph-boxes reads the box memory's boxes too: it needs systems = ["membox", "eventweave"]
     "eventweave": ("event-graph", "event-graph-boxes"),
 }
-MESSAGE_MODES: tuple[str, ...] = ("turn-rag", "chunk-rag", "full-context")
+MESSAGE_MODES: tuple[str, ...] = ("turn-rag", "chunk-rag", "session-rag", "full-context")
 RETRIEVAL_MODES: tuple[str, ...] = MESSAGE_MODES + tuple(m for modes in SYSTEM_MODES.values() for m in modes)
 # the hybrid judge's features: the keys [loom] weights accepts (computed in judges.py)
 LM_FEATURES = ("lm_pmi", "lm_cond", "lm_pmi_low", "lm_pmi_conv", "lm_pmi_conv_low", "lm_pmi_ratio")

@@ -102,10 +102,10 @@ class Reading:
         return self.answer_from(question, self.context(question, conversation_id, **kw), conversation_id)
 
     def answer_from(self, question: str, ctx: Context, conversation_id: str | None = None,
-                    backend: Backend | None = None) -> Answer:
+                    backend: Backend | None = None, today: str = "") -> Answer:
         """Answer from a context already retrieved (evaluations reuse one retriever across questions, and may
-        pass another answering backend)."""
-        res = (backend or self.answer_backend).text([TextRequest(answer_prompt(ctx.text, question), "answer",
+        pass another answering backend); `today`: when the question is asked, said to the model."""
+        res = (backend or self.answer_backend).text([TextRequest(answer_prompt(ctx.text, question, today), "answer",
                                                                  self.config.answer.max_tokens)])[0]
         if isinstance(res, BaseException):
             raise res

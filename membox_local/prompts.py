@@ -239,8 +239,16 @@ ANSWER_SYSTEM = (
 )
 
 
-def answer_prompt(context: str, question: str) -> Prompt:
-    return Prompt(ANSWER_SYSTEM, f"Memory:\n{context}\n\nQuestion: {question}\nShort answer:")
+# with the moment a question is asked (an assistant's memory of a user: LongMemEval): today's date, and which of two
+# excerpts that disagree holds
+ANSWER_TODAY = (" Today is {today}: work out 'how many days ago' and the like from it. When two excerpts disagree "
+                "(a value that changed), the more recent one holds.")
+
+
+def answer_prompt(context: str, question: str, today: str = "") -> Prompt:
+    """`today`: when the question is asked ("" for a question asked after the conversation, as LoCoMo's)."""
+    system = ANSWER_SYSTEM + (ANSWER_TODAY.format(today=today) if today else "")
+    return Prompt(system, f"Memory:\n{context}\n\nQuestion: {question}\nShort answer:")
 
 
 # The next turn of a conversation (EventWeave's own task; evaluation/next_turn.py), with or without memory of the

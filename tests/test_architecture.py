@@ -32,7 +32,7 @@ LAYERS: list[tuple[str, set[str]]] = [
     ("memory", {"memory", "exchange"}),
     ("applications", {"__init__", "execution.ray_engine", "show", "view", "compare", "cli", "evaluation", "graph_cli",
                       "api_models", "server", "server_guard", "mcp_server",
-                      "evaluation.scorers", "evaluation.segmentation", "evaluation.locomo", "evaluation.locomo_report", "evaluation.results",
+                      "evaluation.scorers", "evaluation.segmentation", "evaluation.locomo", "evaluation.locomo_report", "evaluation.longmemeval", "evaluation.results",
                       "evaluation.integrity", "evaluation.crash", "evaluation.backtracking", "evaluation.next_turn", "evaluation.bounded",
                       "fit", "fit.*"}),
 ]

@@ -24,6 +24,9 @@ class Context:
     text: str
     box_ids: list[int] = field(default_factory=list)
     message_ids: list[str] = field(default_factory=list)  # every message shown, for evidence recall
+    # the messages shown in the order the mode took them in (its ranking; message_ids are in time order): the
+    # rank-based metrics (LongMemEval's recall@k, NDCG@k) read it; empty for a mode that does not rank messages
+    ranked_ids: list[str] = field(default_factory=list)
     event_ids: list[int] = field(default_factory=list)
     scores: dict[int, float] = field(default_factory=dict)
 

@@ -3,6 +3,7 @@
 - `turn-rag`: every message is its own record, ranked by cosine to the question.
 - `chunk-rag`: consecutive messages of one session grouped into chunks of about `CHUNK_WORDS` words
   (whole messages; a chunk never crosses a session), ranked by cosine.
+- `session-rag`: every session one record (its messages' mean embedding), shown whole, ranked by cosine.
 - `full-context`: no retrieval: the most recent messages that fit the budget and the model's window.
 
 All three lay out what they show the same way (`layout.Layout`): the chosen messages in time order, under one
@@ -72,6 +73,27 @@ class ChunkRagRetriever(Retriever):
 class TurnRagRetriever(ChunkRagRetriever):
     name = "turn-rag"
     chunk_words = 0  # every message its own record
+
+
+@register
+class SessionRagRetriever(ChunkRagRetriever):
+    """Whole sessions as records (LongMemEval's session-level retrieval): a session's vector is the mean of its
+    messages' unit embeddings (the same cached vectors turn-rag ranks), since MiniLM reads only a session's first
+    256 word pieces; the best session is shown from its start when it is longer than the budget."""
+
+    name = "session-rag"
+    chunk_words = 10**9  # one chunk per session
+
+    def units(self, conversation_id):
+        if conversation_id not in self._units:
+            sessions = [c for msgs in conversation_messages(self.memory, conversation_id)
+                        for c in chunk_session_messages(msgs, self.chunk_words)]
+            vecs = np.zeros((len(sessions), self.memory.embedder.dim), dtype=np.float32)
+            for i, session in enumerate(sessions):
+                mean = np.asarray(self.memory.embedder.encode([m.text for m in session])).mean(axis=0)
+                vecs[i] = mean / (np.linalg.norm(mean) or 1.0)
+            self._units[conversation_id] = (sessions, vecs)
+        return self._units[conversation_id]
 
 
 def window_tokens(config: "Config") -> int:

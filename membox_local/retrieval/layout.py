@@ -125,7 +125,8 @@ class Layout:
     def context(self) -> Context:
         ordered = sorted(self.messages, key=_time_order)
         return Context(render_messages(ordered, self.group, self.header, self.subgroup, self.subheader, self.render),
-                       message_ids=[m.message_id for m in ordered])
+                       message_ids=[m.message_id for m in ordered],
+                       ranked_ids=[m.message_id for m in self.messages])
 
 
 def chunk_session_messages(messages: Sequence[Message], chunk_words: int) -> list[list[Message]]:

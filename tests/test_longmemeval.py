@@ -1,0 +1,169 @@
+"""`membox eval longmemeval` (issue 37): the file read and checked, each history its own dated conversation, the
+paper's rank metrics computed by hand, the judge's rules, a resumable run on the doubles, the command's errors,
+and one question on the real CPU stack."""
+from __future__ import annotations
+
+import gzip
+import json
+import math
+
+import pytest
+
+from membox_local.cli import main
+from membox_local.evaluation import longmemeval as lme
+from membox_local.ingest import InputError
+from membox_local.testing import FakeBackend, FakeEmbedder
+
+pytestmark = pytest.mark.numeric  # rankings go through BLAS cosines
+
+
+def session(*turns, answer_at=()):
+    return [{"role": "user" if i % 2 == 0 else "assistant", "content": t, **({"has_answer": True}
+                                                                            if i in answer_at else {})}
+            for i, t in enumerate(turns)]
+
+
+def record(qid, qtype, question, answer, sessions, evidence, date="2023/06/01 (Thu) 10:00"):
+    return {"question_id": qid, "question_type": qtype, "question": question, "answer": answer,
+            "question_date": date, "haystack_session_ids": [f"{qid}-s{i}" for i in range(len(sessions))],
+            "haystack_dates": [f"2023/05/{10 + i:02d} (Wed) 0{i}:30" for i in range(len(sessions))],
+            "haystack_sessions": sessions, "answer_session_ids": [f"{qid}-s{i}" for i in evidence]}
+
+
+RECORDS = [
+    record("q1", "single-session-user", "What breed is my dog?", "a beagle", [
+        session("I need tips for planning a trip to Lisbon.", "Lisbon is lovely in spring; book early."),
+        session("My dog is a beagle named Rex and he loves long walks.", "Beagles do need plenty of exercise.",
+                answer_at=(0,)),
+        session("Can you suggest a pasta recipe?", "Try a simple carbonara with eggs and cheese."),
+    ], [1]),
+    record("q2", "knowledge-update", "Where do I work now?", "Acme Labs", [
+        session("I work at Globex as an engineer.", "Nice, what do you build there?", answer_at=(0,)),
+        session("Tell me about tomatoes.", "Tomatoes grow best in warm sunny spots."),
+        session("I moved jobs: I work at Acme Labs now.", "Congratulations on the new job at Acme Labs!",
+                answer_at=(0,)),
+    ], [0, 2]),
+    record("q3_abs", "single-session-user", "What is my sister's name?", "You did not mention it", [
+        session("I like jazz music a lot.", "Jazz is great; try Coltrane."),
+        session("My car needs new tyres.", "Check the tread depth first."),
+    ], []),
+]
+
+
+@pytest.fixture
+def data(tmp_path):
+    path = tmp_path / "lme.json.gz"
+    with gzip.open(path, "wt", encoding="utf-8") as fh:
+        json.dump(RECORDS, fh)
+    return path
+
+
+def test_a_file_reads_the_same_gzipped_or_not(tmp_path, data):
+    plain = tmp_path / "lme.json"
+    plain.write_text(json.dumps(RECORDS))
+    assert lme.read_file(plain) == lme.read_file(data) == RECORDS
+
+
+def test_each_history_is_a_dated_conversation_of_user_and_assistant_turns(data):
+    q = lme.to_question(lme.read_file(data)[1])
+    assert q.id == "q2" and q.date == "10:00 on 1 June, 2023" and not q.abstention
+    assert [m.speaker for m in q.messages] == ["user", "assistant"] * 3
+    assert {m.conversation_id for m in q.messages} == {"q2"}
+    assert q.messages[0].message_id == "q2-s0:0" and q.messages[0].session_date == "00:30 on 10 May, 2023"
+    assert q.evidence_turns == ["q2-s0:0", "q2-s2:0"] and q.evidence_sessions == ["q2-s0", "q2-s2"]
+    assert lme.to_question(RECORDS[2]).abstention
+
+
+@pytest.mark.parametrize("change, error", [
+    (lambda r: r.pop("question"), "field 'question' must be a str"),
+    (lambda r: r["haystack_dates"].pop(), "differ in length"),
+    (lambda r: r["haystack_dates"].__setitem__(0, "yesterday"), "haystack_dates[0] = 'yesterday' is not a date"),
+    (lambda r: r["haystack_sessions"][0].append({"role": "system", "content": "x"}), "must be a list of"),
+])
+def test_a_bad_record_is_one_error_naming_the_record_and_field(tmp_path, change, error):
+    recs = json.loads(json.dumps(RECORDS))
+    change(recs[1])
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(recs))
+    with pytest.raises(InputError, match=r"record 1 \(q2\)") as exc:
+        lme.read_file(path)
+    assert error in str(exc.value)
+
+
+def test_rank_metrics_by_hand():
+    ranked = ["a", "b", "c", "d"]
+    assert lme.recall_any(ranked, ["c", "z"], 2) == 0 and lme.recall_any(ranked, ["c", "z"], 3) == 1
+    assert lme.recall_all(ranked, ["a", "c"], 3) == 1 and lme.recall_all(ranked, ["a", "z"], 4) == 0
+    assert lme.ndcg(ranked, ["b"], 5) == pytest.approx(1 / math.log2(3))
+    assert lme.ndcg(ranked, ["a", "b"], 5) == pytest.approx(1.0)
+    assert lme.ndcg(ranked, [], 5) == 0.0
+    assert lme.sessions_of(["s2:1", "s1:0", "s2:0", "s3:4"]) == ["s2", "s1", "s3"]
+
+
+def test_sampling_by_type_stride_and_limit():
+    assert [r["question_id"] for r in lme.sample(RECORDS, [], 0, 2)] == ["q1", "q3_abs"]
+    assert [r["question_id"] for r in lme.sample(RECORDS, ["knowledge-update"], 0, 1)] == ["q2"]
+    assert len(lme.sample(RECORDS, [], 1, 1)) == 1
+    with pytest.raises(InputError, match="--types nope: not a LongMemEval question type"):
+        lme.sample(RECORDS, ["nope"], 0, 1)
+
+
+def test_the_judge_rules_and_the_deterministic_check():
+    q2, q3 = lme.to_question(RECORDS[1]), lme.to_question(RECORDS[2])
+    assert "updated (most recent) value" in lme.judge_prompt(q2, "Acme Labs").user
+    assert "cannot be answered" in lme.judge_prompt(q3, "not mentioned").user
+    assert lme.deterministic(q2, "You work at Acme Labs.")["right"] == 1.0
+    assert lme.deterministic(q2, "Globex")["right"] == 0.0
+    assert lme.deterministic(q3, "Not mentioned.")["right"] == 1.0
+    assert lme.deterministic(q3, "Her name is Anna.")["right"] == 0.0
+    assert lme.lme_date("2023/05/30 (Tue) 23:42") == "23:42 on 30 May, 2023"
+
+
+def test_a_run_on_the_doubles_measures_every_mode_and_resumes(tmp_path, data):
+    s = lme.Settings(data=str(data), config="cpu-minilm", out=str(tmp_path / "out"), builds=str(tmp_path / "b"),
+                     modes=["box-hits", "turn-rag", "session-rag", "full-context"])
+    backend = FakeBackend()
+    summary = lme.run(s, backend=backend, embedder=FakeEmbedder(), judge=FakeBackend(), progress=False)
+    assert summary["questions"] == 3 and set(summary["modes"]) == set(s.modes)
+    turn = summary["modes"]["turn-rag"]
+    assert turn["questions"] == 3 and turn["qa"]["n"] == 3
+    assert all(0 <= v <= 100 for v in turn["retrieval"].values() if v is not None)
+    assert turn["retrieval"]["session_any@10"] == 100.0  # 3 sessions: every one is among the first 10
+    records = (tmp_path / "out" / "records.jsonl").read_text().splitlines()
+    assert len(records) == 12 and all("reply" in json.loads(r) for r in records)
+    assert any(stage == "answer" and "Acme" in user for stage, user in backend.calls)
+    assert "| session-rag |" in (tmp_path / "out" / "summary.md").read_text()
+    again = lme.run(s, backend=FakeBackend(), embedder=FakeEmbedder(), judge=FakeBackend(), progress=False)
+    assert len((tmp_path / "out" / "records.jsonl").read_text().splitlines()) == 12  # nothing done twice
+    assert again["modes"]["turn-rag"]["retrieval"] == turn["retrieval"]
+
+
+def test_the_answering_prompt_says_today_only_when_asked_at_a_date():
+    from membox_local.prompts import ANSWER_SYSTEM, answer_prompt
+
+    assert answer_prompt("ctx", "q?").system == ANSWER_SYSTEM  # LoCoMo's prompt unchanged
+    dated = answer_prompt("ctx", "q?", today="10:00 on 1 June, 2023").system
+    assert "Today is 10:00 on 1 June, 2023" in dated and "the more recent one holds" in dated
+
+
+def test_the_command_refuses_a_bad_file_in_one_line(tmp_path, capsys):
+    bad = tmp_path / "x.json"
+    bad.write_text("{}")
+    assert main(["eval", "longmemeval", "--data", str(bad), "--out", str(tmp_path / "o"), "--no-qa"]) == 2
+    assert capsys.readouterr().err.strip() == f"error: {bad}: expected a non-empty JSON list of question records"
+    assert main(["eval", "longmemeval", "--data", str(tmp_path / "none.json"), "--no-qa"]) == 2
+
+
+@pytest.mark.integration
+def test_one_question_on_the_real_cpu_stack(tmp_path, data):
+    """MiniLM files the history (the cross-encoder judge), SmolLM2 answers and judges: structure only."""
+    cfg = tmp_path / "small.toml"
+    cfg.write_text('extends = "cpu-ce"\n[answer]\nllm = { backend = "llamacpp", model = "smollm2-135m" }\n')
+    s = lme.Settings(data=str(data), config=str(cfg), out=str(tmp_path / "out"), builds=str(tmp_path / "b"),
+                     modes=["box-hits", "turn-rag"], limit=2)
+    summary = lme.run(s, progress=False)
+    for mode in s.modes:
+        row = summary["modes"][mode]
+        assert row["qa"]["n"] == 2 and row["retrieval"]["recall@2000"] is not None
+    recs = [json.loads(x) for x in (tmp_path / "out" / "records.jsonl").read_text().splitlines()]
+    assert all(r["reply"].strip() and r["judge"] in (0.0, 1.0) for r in recs)
