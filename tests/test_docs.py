@@ -223,7 +223,8 @@ def test_readme_is_a_front_door_and_links_every_docs_page():
     assert len(text.splitlines()) < 200, "README.md: the two commands, what it is, an example; the rest in docs/"
     pages = sorted(p.name for p in (REPO / "docs").glob("*.md") if not p.name.endswith("-section.md"))
     assert [p for p in pages if f"(docs/{p})" not in text] == []
-    for page in (REPO / "docs").glob("*.md"):  # each page's relative links land on a file
+    for page in (REPO / "docs").glob("*.md"):  # each page links back, and its relative links land on a file
+        assert page.name.endswith("-section.md") or "](../README.md)" in page.read_text(), page.name
         for target in re.findall(r"\]\((?!https?://|#)([^)#]+)", page.read_text()):
             assert (page.parent / target).exists(), f"{page.name} links to {target}, which is not there"
 
