@@ -23,6 +23,7 @@ LORA_TARGETS = ("attention.self.query", "attention.self.value", "intermediate.de
 MAX_LENGTH = 128  # tokens of one (context, new line) pair; the context is cut from its start, the new line at its end
 CONTEXT_WORDS = 48  # each context line keeps its last words, the new line its first NEW_WORDS
 NEW_WORDS = 64
+MAX_NEW_TOKENS = MAX_LENGTH - 3 - 16  # the new line's word pieces at most: the context keeps 16, [CLS] and 2 [SEP]
 
 
 def pair_text(context: Sequence[Message], new: Message) -> tuple[str, str]:
@@ -84,12 +85,18 @@ class PairModel:
     def logits(self, pairs: Sequence[tuple[str, str]]):
         import torch
 
-        enc = self.tokenizer([c for c, _ in pairs], [n for _, n in pairs], truncation="only_first",
+        enc = self.tokenizer([c for c, _ in pairs], [self.fitting(n) for _, n in pairs], truncation="only_first",
                              max_length=MAX_LENGTH, padding=True, return_tensors="pt")
         out = self.encoder(**enc).last_hidden_state
         mask = enc["attention_mask"].unsqueeze(-1).to(out.dtype)
         pooled = (out * mask).sum(1) / mask.sum(1).clamp(min=1.0)
         return self.head(pooled).squeeze(-1)
+
+    def fitting(self, new: str) -> str:
+        """The new line cut to MAX_NEW_TOKENS word pieces when longer (64 words of code or URLs can be), so that the
+        context keeps some room: only the context is truncated, and a line longer than the whole pair cannot be."""
+        ids = self.tokenizer(new, add_special_tokens=False)["input_ids"]
+        return new if len(ids) <= MAX_NEW_TOKENS else self.tokenizer.decode(ids[:MAX_NEW_TOKENS])
 
     def save(self, path: Path, meta: dict) -> None:
         from safetensors.torch import save_file

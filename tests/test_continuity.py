@@ -198,3 +198,14 @@ def test_fit_crossencoder_trains_on_a_tiny_slice(tmp_path, monkeypatch, capsys):
     continuity._LOADED.clear()
     scorer = continuity.continuity_scorer(str(path))
     assert scorer.meta["epochs"] == 1 and len(scorer.score([("a b", "c d")])) == 1
+
+
+@pytest.mark.integration
+def test_a_new_line_longer_than_the_pair_is_scored():
+    """A LongMemEval assistant turn: 64 words of URLs run past the pair's 128 word pieces on their own (the
+    tokenizer refused such a pair: "Sequence to truncate too short to respect the provided max_length")."""
+    continuity._LOADED.clear()
+    scorer = continuity.continuity_scorer(str(COMMITTED))
+    long_line = " ".join(f"https://example.com/{i}/a_b-c?d={i * 7919}&e=f" for i in range(64))
+    (score,) = scorer.score([("I like tea. [SEP] Me too.", long_line)])
+    assert score == score and abs(score) < 1e6  # a finite number
