@@ -175,7 +175,8 @@ def test_a_memory_of_the_event_graph_alone_and_modes_it_cannot_serve(tmp_path, c
         mem.add(script_messages(), seal=True)
         assert main(["show", str(mem.path)]) == 0  # no boxes to show: the graph
         assert capsys.readouterr().out.startswith(f"conversation {CONV}: 5 event node(s)")
-        assert mem.modes() == ["chunk-rag", "event-graph", "event-graph-boxes", "full-context", "turn-rag"]
+        assert mem.modes() == ["chunk-rag", "event-graph", "event-graph-boxes", "full-context", "session-rag",
+                               "turn-rag"]
         assert "Ben trains for the Lisbon marathon" in mem.context("Which marathon does Ben train for?").text
         with pytest.raises(ValueError, match="builds no 'membox' memory"):
             mem.context("Which marathon?", mode="event-graph-boxes")

@@ -252,7 +252,7 @@ def test_no_build_runs_the_message_baselines_without_a_model(tmp_path, data):
     backend = FakeBackend()
     s = run(_settings(tmp_path, data, qa=False, modes=[], build=False), backend=backend, embedder=FakeEmbedder(),
             progress=False)
-    assert sorted(s["modes"]) == ["chunk-rag", "full-context", "turn-rag"] and s["builds"] == {}
+    assert sorted(s["modes"]) == ["chunk-rag", "full-context", "session-rag", "turn-rag"] and s["builds"] == {}
     assert backend.calls == []
     with pytest.raises(InputError, match="need a built memory"):
         run(_settings(tmp_path, data, qa=False, modes=["compact"], build=False), backend=backend,
