@@ -90,6 +90,16 @@ def test_a_bad_record_is_one_error_naming_the_record_and_field(tmp_path, change,
     assert error in str(exc.value)
 
 
+def test_a_session_id_the_history_repeats_gets_a_key_of_its_own():
+    rec = json.loads(json.dumps(RECORDS[1]))
+    rec["haystack_session_ids"][1] = rec["haystack_session_ids"][0]  # as gpt4_76048e76 in the released file
+    q = lme.to_question(rec)
+    assert len({m.message_id for m in q.messages}) == len(q.messages)
+    assert [m.message_id for m in q.messages][2:4] == ["q2-s0#2:0", "q2-s0#2:1"]
+    assert q.evidence_sessions == ["q2-s0", "q2-s0#2", "q2-s2"]
+    assert lme.session_keys(["a", "b", "a", "a"]) == ["a", "b", "a#2", "a#3"]
+
+
 def test_rank_metrics_by_hand():
     ranked = ["a", "b", "c", "d"]
     assert lme.recall_any(ranked, ["c", "z"], 2) == 0 and lme.recall_any(ranked, ["c", "z"], 3) == 1

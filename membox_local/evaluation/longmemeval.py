@@ -119,7 +119,8 @@ def check_record(rec: Any, where: str) -> None:
 def to_question(rec: dict) -> Question:
     """A checked record as a conversation of its own: one message per turn, each session dated."""
     qid, msgs, turns = rec["question_id"], [], []
-    for sid, date, session in zip(rec["haystack_session_ids"], rec["haystack_dates"], rec["haystack_sessions"]):
+    keys = session_keys([str(s) for s in rec["haystack_session_ids"]])
+    for sid, date, session in zip(keys, rec["haystack_dates"], rec["haystack_sessions"]):
         for j, t in enumerate(session):
             if not t["content"].strip():
                 continue  # an empty turn says nothing (a message must have text)
@@ -127,8 +128,21 @@ def to_question(rec: dict) -> Question:
             msgs.append(Message(qid, mid, t["role"], t["content"], session=str(sid), session_date=lme_date(date)))
             if t.get("has_answer"):
                 turns.append(mid)
+    gold = {str(s) for s in rec.get("answer_session_ids", [])}
     return Question(qid, rec["question_type"], rec["question"], str(rec.get("answer", "")),
-                    lme_date(rec["question_date"]), msgs, [str(s) for s in rec.get("answer_session_ids", [])], turns)
+                    lme_date(rec["question_date"]), msgs, [k for k in dict.fromkeys(keys) if k.split("#")[0] in gold],
+                    turns)
+
+
+def session_keys(ids: list[str]) -> list[str]:
+    """Each session's key in message ids: its id, and "<id>#2", "#3"... for a session id the history repeats (the
+    released S file repeats one, in gpt4_76048e76), so that no two turns share a message id."""
+    seen: dict[str, int] = {}
+    out = []
+    for sid in ids:
+        seen[sid] = seen.get(sid, 0) + 1
+        out.append(sid if seen[sid] == 1 else f"{sid}#{seen[sid]}")
+    return out
 
 
 def sample(records: list[dict], types: list[str], limit: int, stride: int) -> list[dict]:
