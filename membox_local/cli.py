@@ -97,8 +97,8 @@ def _to_file(todo: dict[str, int]) -> str:
 def auto_jobs(cfg, conversations: int, batch_size: int) -> int:
     """Default --jobs on the local engine: with llama.cpp and several conversations in flight, one model
     instance per core (one thread each); otherwise one. Measured on a 2-core CPU with Qwen2.5-0.5B
-    (BENCHMARKS.md, "Build throughput"): 16 conversations built batched ran 0.50 turns/s with two
-    one-thread instances against 0.31 with one two-thread instance. One conversation at a time gains
+    (benchmarks/build_throughput.py, in BENCHMARKS.md's git history): 16 conversations built batched ran 0.50
+    turns/s with two one-thread instances against 0.31 with one two-thread instance. One conversation at a time gains
     nothing from a pool (its requests come one by one), so it keeps all threads in one instance."""
     if cfg.llm.backend != "llamacpp":
         return 1

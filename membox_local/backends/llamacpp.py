@@ -471,8 +471,8 @@ class LlamaCppPool(Backend):
     chunks answered in parallel threads (llama.cpp computes without the GIL), results in request order.
 
     Several small decodes side by side use the cores better than one instance's single-sequence decode,
-    at the cost of one model copy in memory per worker. See BENCHMARKS.md ("Build throughput") for when
-    it pays on a given machine.
+    at the cost of one model copy in memory per worker. `python benchmarks/build_throughput.py` measures when it
+    pays on a given machine.
     """
 
     name = "llamacpp-pool"
