@@ -148,6 +148,19 @@ def test_a_run_on_the_doubles_measures_every_mode_and_resumes(tmp_path, data):
     assert again["modes"]["turn-rag"]["retrieval"] == turn["retrieval"]
 
 
+def test_a_relative_time_in_the_question_is_resolved_against_its_date(tmp_path, data):
+    rec = json.loads(json.dumps(RECORDS[0]))
+    rec["question"] = "What breed was the dog I talked about two weeks ago?"
+    path = tmp_path / "one.json"
+    path.write_text(json.dumps([rec]))
+    backend = FakeBackend()
+    lme.run(lme.Settings(data=str(path), config="cpu-minilm", out=str(tmp_path / "o"), builds=str(tmp_path / "b"),
+                         modes=["turn-rag"]), backend=backend, embedder=FakeEmbedder(), judge=FakeBackend(),
+            progress=False)
+    asked = [user for stage, user in backend.calls if stage == "answer"]
+    assert len(asked) == 1 and "two weeks ago (" in asked[0] and "2023)" in asked[0]
+
+
 def test_the_answering_prompt_says_today_only_when_asked_at_a_date():
     from membox_local.prompts import ANSWER_SYSTEM, answer_prompt
 

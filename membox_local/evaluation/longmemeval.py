@@ -33,6 +33,7 @@ from typing import Any
 from ..argtypes import count
 from ..backends.base import LabelRequest, Prompt
 from ..config import Config, load_config
+from ..dates import resolve_relative
 from ..ingest import InputError
 from ..records import Message
 from .locomo import FILL_K, UNBOUNDED, Shared, evidence_recall, open_build
@@ -230,7 +231,9 @@ def deterministic(q: Question, reply: str) -> dict[str, float]:
 
 def qa_record(q: Question, mem, retriever, answerer, judge, budget: int) -> dict[str, Any]:
     ctx = retriever.retrieve(q.question, q.id, FILL_K, budget)
-    reply = mem.answer_from(q.question, ctx, q.id, backend=answerer, today=q.date).text
+    # "two weeks ago" in the question itself is resolved against the day it is asked, as the excerpts' are
+    asked = resolve_relative(q.question, q.date) if mem.config.retrieve.resolve_dates else q.question
+    reply = mem.answer_from(asked, ctx, q.id, backend=answerer, today=q.date).text
     verdict = judge.label([LabelRequest(judge_prompt(q, reply), ("yes", "no"), "qa-judge")])[0]
     if isinstance(verdict, BaseException):
         raise verdict
