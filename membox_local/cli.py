@@ -292,7 +292,7 @@ def cmd_show(args) -> int:
             print(f"  topic: {visible(box.topic)}")
         if box.keywords:
             print(f"  keywords: {', '.join(visible(k) for k in box.keywords)}")
-        if getattr(box, "note", ""):
+        if box.note:
             print(f"  note: {visible(box.note)}")
         for e in box.events:
             mark = "" if e.grounding >= 0.5 else f"  (weakly grounded: {e.grounding:.2f})"
@@ -532,8 +532,8 @@ def interrupted(args, argv: list[str] | None) -> str:
 
 def one_line(text: str) -> str:
     """An error message as one printable line: a newline, NUL, escape or lone surrogate the input put in it
-    (an id, a key) is shown escaped, as repr() shows it."""
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+    (an id, a key) is shown escaped (terminal.visible, as every text from data is)."""
+    return visible(text)
 
 
 if __name__ == "__main__":

@@ -242,9 +242,7 @@ def excerpt(messages: Sequence[Message], budget: int) -> tuple[list[Message], st
         if n > cap:
             share = cap
             break
-        share -= n
-    else:
-        share = max(rest)
+        share -= n  # the loop always breaks: the lengths sum to more than the budget
     out, cut = [], []
     for m in messages:
         if len(m.text) <= share:

@@ -15,6 +15,7 @@ from membox_local.argtypes import count, number
 from membox_local.backends.base import PromptTooLong, StructuredOutputError
 from membox_local.cli import build_parser, main
 from membox_local.config import load_config
+from membox_local.ingest import InputError
 from membox_local.loom import excerpt, excerpt_budget
 from membox_local.memory import Memory
 from membox_local.records import Message
@@ -102,14 +103,8 @@ def test_an_unknown_conversation_is_refused(built, capsys, command):
 def test_zero_k_and_budget_are_refused_by_the_api_too(memory):
     memory.add([Message("c", "m1", "A", "hello there")], seal=True)
     for kw in ({"k": 0}, {"budget_tokens": -10}, {"k": True}):
-        with pytest.raises(memory_input_error(), match="must be a whole number of at least 1"):
+        with pytest.raises(InputError, match="must be a whole number of at least 1"):
             memory.context("hello?", **kw)
-
-
-def memory_input_error():
-    from membox_local.ingest import InputError
-
-    return InputError
 
 
 # ---- terminal safety --------------------------------------------------------------------------------------------

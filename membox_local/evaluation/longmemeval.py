@@ -44,6 +44,7 @@ TYPES = ("single-session-user", "single-session-assistant", "single-session-pref
          "knowledge-update", "multi-session")
 DEFAULT_MODES = ("box-hits", "turn-rag", "chunk-rag", "session-rag", "full-context")
 KS = (5, 10)
+RANKED_UNITS = 50  # units (boxes, turns, chunks, sessions) a mode ranks for the @k metrics: far more than k = 10
 BUDGETS = (500, 1000, 2000)
 FIELDS = {"question_id": str, "question_type": str, "question": str, "question_date": str,
           "haystack_session_ids": list, "haystack_dates": list, "haystack_sessions": list}
@@ -180,7 +181,7 @@ def sessions_of(ranked_ids: list[str]) -> list[str]:
 def retrieval_record(q: Question, retriever) -> dict[str, Any]:
     """The paper's rank metrics over the mode's ranking, and evidence-turn recall at each budget."""
     rec: dict[str, Any] = {}
-    ctx = retriever.retrieve(q.question, q.id, FILL_K if retriever.name == "full-context" else 50, UNBOUNDED)
+    ctx = retriever.retrieve(q.question, q.id, RANKED_UNITS, UNBOUNDED)  # full-context ignores k: all turns
     turns = ctx.ranked_ids or ctx.message_ids
     for level, ranked, gold in (("session", sessions_of(turns), q.evidence_sessions),
                                 ("turn", turns, q.evidence_turns)):
@@ -221,7 +222,7 @@ def judge_prompt(q: Question, reply: str) -> Prompt:
 def deterministic(q: Question, reply: str) -> dict[str, float]:
     """Checks without a model: token F1 against the gold answer, the gold answer contained, an abstention said;
     `right`: abstained for an abstention question, else contained or F1 >= 0.5."""
-    said = abstains(reply) or "not mentioned" in reply.lower()
+    said = abstains(reply)  # "not mentioned", as the answering prompt asks
     f1 = locomo_f1(reply, q.answer) if not q.abstention else 0.0
     gold = locomo_normalize(q.answer)
     contained = bool(gold) and gold in locomo_normalize(reply) and not q.abstention
@@ -263,7 +264,9 @@ def judge_backend(cfg: Config, spec: str, shared: Shared):
     backend; "openai:MODEL" or "openai:MODEL@BASE_URL" any OpenAI-compatible server."""
     if not spec:
         return shared.answerer(cfg.answer_llm().model)
-    backend, _, rest = spec.partition(":") if ":" in spec.split("@")[0] else ("", "", spec)
+    backend, sep, rest = spec.partition(":")
+    if not sep or "/" in backend:  # no backend named ("NAME", a path)
+        backend, rest = "", spec
     model, _, base_url = rest.partition("@")
     from ..backends import make_backend
 

@@ -88,10 +88,12 @@ class SessionRagRetriever(ChunkRagRetriever):
         if conversation_id not in self._units:
             sessions = [c for msgs in conversation_messages(self.memory, conversation_id)
                         for c in chunk_session_messages(msgs, self.chunk_words)]
-            vecs = np.zeros((len(sessions), self.memory.embedder.dim), dtype=np.float32)
-            for i, session in enumerate(sessions):
-                mean = np.asarray(self.memory.embedder.encode([m.text for m in session])).mean(axis=0)
-                vecs[i] = mean / (np.linalg.norm(mean) or 1.0)
+            # one call for the conversation's messages (cached vectors, as turn-rag's), averaged per session
+            flat = np.asarray(self.memory.embedder.encode([m.text for s in sessions for m in s]), dtype=np.float32)
+            ends = np.cumsum([len(s) for s in sessions])
+            vecs = np.stack([flat[e - len(s):e].mean(axis=0) for s, e in zip(sessions, ends)]) if sessions else \
+                np.zeros((0, self.memory.embedder.dim), dtype=np.float32)
+            vecs /= np.maximum(np.linalg.norm(vecs, axis=1, keepdims=True), 1e-12)
             self._units[conversation_id] = (sessions, vecs)
         return self._units[conversation_id]
 
