@@ -177,9 +177,10 @@ class HybridJudge(Judge):
     `content` is a fitted vector dotted with the new message's embedding ([loom] content_vector): what a line
     that opens a topic looks like, beyond the bare "?" cue. With [loom] switch_ratio > 0 a box also opens
     whenever lm_pmi_ratio falls below it (label "switch"), so one judge sees shifts inside a chat through the
-    logistic and hard switches between unrelated exchanges through the ratio (configs/cpu-pmi.toml).
+    logistic and hard switches between unrelated exchanges through the ratio (configs/cpu.toml).
     `ce_continue` is the continuity cross-encoder's logit ([loom] ce_model, continuity.py: MiniLM with an adapter
-    fitted on TIAGE train reading the box's last `window` lines with the new one): no LLM call (configs/cpu.toml)."""
+    fitted on TIAGE train reading the box's last `window` lines with the new one): no LLM call (configs/cpu-ce.toml,
+    the candidate: worse than the default on DialSeg711, BENCHMARKS.md "Topic segmentation")."""
 
     name = "hybrid"
     PMI_CACHE = 50_000  # PMIs kept for reuse as later messages' history (least recently used dropped)
