@@ -221,6 +221,12 @@ class RetrieveConfig:
     event_k: int = _opt(2, lo=0)
     # shown messages get relative time ("yesterday", "last week") resolved against their session's date
     resolve_dates: bool = True
+    # box-hits: a message longer than `length_free` tokens (count_tokens) loses `length_cost` of its priority per
+    # natural-log unit beyond it (cost x log(tokens / length_free)); 0: off. Where some turns are ten times longer
+    # than the rest (an assistant's answers), a short turn as relevant as a long one comes first: more evidence
+    # per token of context. Messages of length_free tokens or fewer are never touched.
+    length_cost: float = _opt(0.2, lo=0.0, hi=1.0)
+    length_free: int = _opt(100, lo=1)
 
 
 @dataclass

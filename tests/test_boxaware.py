@@ -212,3 +212,22 @@ def test_file_into_boxes_uses_no_language_model_and_a_build_extracts_later(memor
     memory.add([], seal=True)  # a full build picks the sealed boxes up
     assert all(b.status == "extracted" for b in memory.store.boxes(CONV))
     assert make_retriever("box-hits", memory).needs == "boxes"
+
+
+def test_length_cost_lowers_each_message_by_the_log_of_its_length(memory, filed):
+    """`[retrieve] length_cost`: a message longer than length_free tokens loses cost x log(tokens / length_free) of
+    its priority; relevance is untouched."""
+    r = make_retriever("box-hits", memory)
+    bm = r.box_map(CONV)
+    qv = memory.embedder.encode(["cherry tomatoes in the garden"])[0]
+    rel0, base = r.priorities(bm, qv)
+    memory.config.retrieve.length_cost = 0.2
+    assert np.allclose(r.priorities(bm, qv)[1], base)  # no message is longer than length_free (100): untouched
+    memory.config.retrieve.length_free = 10
+    rel1, costed = r.priorities(bm, qv)
+    tokens = np.array([count_tokens(m.render()) for m in bm.messages], dtype=float)
+    assert np.allclose(rel0, rel1)
+    assert np.allclose(base - costed, 0.2 * np.log(np.maximum(1.0, tokens / 10)))
+    assert (base - costed > 0).any() and (base - costed == 0).any()  # some messages are longer than 10 tokens, some not
+    r.length_cost = 0.0  # a variant's own value wins over the config's
+    assert np.allclose(r.priorities(bm, qv)[1], base)

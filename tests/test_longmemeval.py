@@ -116,6 +116,9 @@ def test_sampling_by_type_stride_and_limit():
     assert len(lme.sample(RECORDS, [], 1, 1)) == 1
     with pytest.raises(InputError, match="--types nope: not a LongMemEval question type"):
         lme.sample(RECORDS, ["nope"], 0, 1)
+    assert [r["question_id"] for r in lme.sample(RECORDS, [], 0, 1, ["q3_abs", "q1"])] == ["q1", "q3_abs"]
+    with pytest.raises(InputError, match="--questions q9: no such question_id"):
+        lme.sample(RECORDS, [], 0, 1, ["q1", "q9"])
 
 
 def test_the_judge_rules_and_the_deterministic_check():
@@ -175,6 +178,8 @@ def test_the_command_refuses_a_bad_file_in_one_line(tmp_path, capsys):
     assert main(["eval", "longmemeval", "--data", str(bad), "--out", str(tmp_path / "o"), "--no-qa"]) == 2
     assert capsys.readouterr().err.strip() == f"error: {bad}: expected a non-empty JSON list of question records"
     assert main(["eval", "longmemeval", "--data", str(tmp_path / "none.json"), "--no-qa"]) == 2
+    assert main(["eval", "longmemeval", "--modes", "box-hitz", "--out", str(tmp_path / "o"), "--no-qa"]) == 2
+    assert "--modes box-hitz: not a retrieval mode" in capsys.readouterr().err
 
 
 @pytest.mark.integration

@@ -147,12 +147,17 @@ def session_keys(ids: list[str]) -> list[str]:
     return out
 
 
-def sample(records: list[dict], types: list[str], limit: int, stride: int) -> list[dict]:
-    """The records of these types (all when empty), every `stride`-th, at most `limit` (0: all)."""
+def sample(records: list[dict], types: list[str], limit: int, stride: int, ids: list[str] = ()) -> list[dict]:
+    """The records of these types (all when empty) and ids (all when empty), every `stride`-th, at most `limit`
+    (0: all)."""
     unknown = sorted(set(types) - set(TYPES))
     if unknown:
         raise InputError(f"--types {' '.join(unknown)}: not a LongMemEval question type; known: {', '.join(TYPES)}")
-    chosen = [r for r in records if not types or r["question_type"] in types][::stride]
+    missing = sorted(set(ids) - {r["question_id"] for r in records})
+    if missing:
+        raise InputError(f"--questions {' '.join(missing)}: no such question_id in the file")
+    chosen = [r for r in records if (not types or r["question_type"] in types)
+              and (not ids or r["question_id"] in ids)][::stride]
     return chosen[:limit] if limit else chosen
 
 
@@ -248,6 +253,7 @@ class Settings:
     data: str = str(DEFAULT_DATA)
     config: str = "cpu-ce"  # the continuity judge without an LLM call: a history of ~490 turns files in minutes
     types: list[str] = field(default_factory=list)
+    questions: list[str] = field(default_factory=list)  # only these question ids (all when empty)
     modes: list[str] = field(default_factory=lambda: list(DEFAULT_MODES))
     limit: int = 0
     stride: int = 1
@@ -278,13 +284,13 @@ def judge_backend(cfg: Config, spec: str, shared: Shared):
 def run(s: Settings, backend=None, embedder=None, judge=None, progress: bool = True) -> dict[str, Any]:
     """Build what is missing, evaluate what is missing, write `<out>/summary.json` and `summary.md`. Doubles may be
     passed for tests (`backend` answers and builds, `judge` grades)."""
-    from ..retrieval import make_retriever
+    from ..retrieval import RETRIEVERS, make_retriever
 
     cfg = load_config(s.config)
-    bad = [m for m in s.modes if m not in DEFAULT_MODES + ("compact", "event-graph", "event-graph-boxes")]
+    bad = [m for m in s.modes if m not in RETRIEVERS]
     if bad:
-        raise InputError(f"--modes {' '.join(bad)}: not a retrieval mode; choose from {', '.join(DEFAULT_MODES)}")
-    questions = [to_question(r) for r in sample(read_file(s.data), s.types, s.limit, s.stride)]
+        raise InputError(f"--modes {' '.join(bad)}: not a retrieval mode; choose from {', '.join(RETRIEVERS)}")
+    questions = [to_question(r) for r in sample(read_file(s.data), s.types, s.limit, s.stride, s.questions)]
     out = Path(s.out)
     out.mkdir(parents=True, exist_ok=True)
     path = out / "records.jsonl"
@@ -407,7 +413,7 @@ def _cell(x) -> str:
 
 # ---- the command -------------------------------------------------------------------------------------------------
 def cmd_longmemeval(args) -> int:
-    s = Settings(data=args.data, config=args.config, types=args.types or [], modes=args.modes or list(DEFAULT_MODES),
+    s = Settings(data=args.data, config=args.config, types=args.types or [], questions=args.questions or [], modes=args.modes or list(DEFAULT_MODES),
                  limit=args.limit, stride=args.stride, qa=not args.no_qa, qa_budget=args.qa_budget,
                  judge_llm=args.judge_llm or "", out=args.out, builds=args.builds, boxes_only=not args.full_build)
     summary = run(s, progress=not args.quiet)
@@ -422,6 +428,8 @@ def add_parser(subparsers) -> None:
     p.add_argument("--config", default="cpu-ce", help="config name or .toml path (default cpu-ce: no LLM call to "
                                                      "file a message)")
     p.add_argument("--types", nargs="*", metavar="TYPE", help=f"only these question types ({', '.join(TYPES)})")
+    p.add_argument("--questions", nargs="*", metavar="ID", help="only these question ids (e.g. the abstention "
+                                                                "ones, whose ids end in _abs)")
     p.add_argument("--modes", nargs="*", help=f"retrieval modes (default: {' '.join(DEFAULT_MODES)})")
     p.add_argument("--limit", type=count(0), default=0, help="at most this many questions (0: all)")
     p.add_argument("--stride", type=count(1), default=1, help="every N-th question only (a sample spread evenly)")

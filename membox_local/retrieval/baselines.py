@@ -55,7 +55,7 @@ class ChunkRagRetriever(Retriever):
             return Context("")
         qv = self.memory.embedder.encode([question])[0]
         sims = vecs @ qv
-        order = np.argsort(-sims, kind="stable")[:k]
+        order = self.order(sims, chunks)[:k]
         layout, scores = Layout(budget_tokens, render=shown_render(self.memory.config)), {}
         for rank, i in enumerate(order):
             if not layout.try_add(chunks[i]) and rank == 0:
@@ -67,6 +67,10 @@ class ChunkRagRetriever(Retriever):
                 scores[int(i)] = float(sims[i])
         ctx.scores = scores  # chunk index -> cosine, for the chunks shown
         return ctx
+
+    def order(self, sims: np.ndarray, chunks: list[list[Message]]) -> np.ndarray:
+        """The units best first (a variant may rank them otherwise)."""
+        return np.argsort(-sims, kind="stable")
 
 
 @register

@@ -9,6 +9,9 @@ to decide what is shown around a hit:
   that holds it, embedded as one text (a box's messages are cut into such chunks; no chunk crosses a topic
   boundary). Its priority is the best, over the messages of its own box, of that relevance less `DECAY`
   per turn of distance, plus `BOX_WEIGHT` x the cosine of the box (the mean vector of its messages).
+  With `[retrieve] length_cost` a message longer than `length_free` tokens also loses that much priority per
+  log-unit of its length beyond it (more evidence per token where turns differ tenfold in length, as a user's
+  and an assistant's do; no LoCoMo turn is that long).
   Messages are added best first while they fit the budget, so a strong hit brings its box neighbours,
   nearest first, before weaker hits elsewhere, and context never crosses a topic boundary. Shown in time
   order under one date line per session (`HEADERS`: other layouts label each box). k: the top-k messages
@@ -29,7 +32,7 @@ from typing import Callable
 import numpy as np
 
 from ..records import Box, Message
-from .base import Context, Retriever, register
+from .base import Context, Retriever, count_tokens, register
 from .baselines import TurnRagRetriever
 from .layout import CHUNK_WORDS, Layout, chunk_session_messages, chunk_text, plain, shown_render
 from ..seams import MemoryView
@@ -57,6 +60,12 @@ class BoxMap:
     windows: np.ndarray  # message index -> unit vector of the box-bounded chunk that holds it
     centroids: np.ndarray  # box position -> unit mean vector of its messages
     scope: str | None  # the conversation id, or None for every conversation
+    tokens: np.ndarray | None = None  # message index -> its length in count_tokens units (made when first used)
+
+    def message_tokens(self) -> np.ndarray:
+        if self.tokens is None:
+            self.tokens = np.array([count_tokens(m.render()) for m in self.messages], dtype=float)
+        return self.tokens
 
     def box(self, m: Message) -> int:
         return self.position[(m.conversation_id, m.message_id)]
@@ -72,6 +81,11 @@ class BoxMap:
         if headers == "date":
             return Layout(budget_tokens, render=render)
         raise ValueError(f"box layout headers '{headers}': expected one of {', '.join(HEADERS)}")
+
+
+def length_penalty(tokens: np.ndarray, cost: float, free: int) -> np.ndarray:
+    """`[retrieve] length_cost`: cost x log(tokens / free) for messages longer than `free` tokens, else 0."""
+    return cost * np.log(np.maximum(1.0, np.asarray(tokens, dtype=float) / free))
 
 
 def topic_line(box: Box) -> str:
@@ -130,6 +144,7 @@ class BoxHitsRetriever(Retriever):
     box_weight = BOX_WEIGHT
     headers = "date"
     chunk_words = CHUNK_WORDS
+    length_cost: float | None = None  # None: the config's `[retrieve] length_cost` (a variant may fix its own)
 
     def __init__(self, memory: "MemoryView"):
         super().__init__(memory)
@@ -154,7 +169,10 @@ class BoxHitsRetriever(Retriever):
         for idx in bm.members:
             pos = np.arange(len(idx))
             prio[idx] = (rel[idx][None, :] - self.decay * np.abs(pos[:, None] - pos[None, :])).max(axis=1)
-        return rel, prio + self.box_weight * (bm.centroids @ qv)[bm.box_of]
+        prio += self.box_weight * (bm.centroids @ qv)[bm.box_of]
+        rc = self.memory.config.retrieve
+        cost = rc.length_cost if self.length_cost is None else self.length_cost
+        return rel, (prio - length_penalty(bm.message_tokens(), cost, rc.length_free)) if cost else prio
 
     def retrieve(self, question, conversation_id, k, budget_tokens):
         if not question.strip():
