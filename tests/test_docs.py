@@ -116,6 +116,8 @@ RECALL = "locomo-recall-cpu.jsonl.gz"
 CONV30 = ("conv-30",)
 EVENTWEAVE = "eventweave-recall.jsonl.gz"  # conv-26 and conv-30 on the eventweave boxes-only builds
 BUDGETS = (250, 500, 1000, 2000)
+LME_RECALL = "longmemeval-retrieval-s2.json"  # LongMemEval dev questions 0, 2, 4... (benchmarks/longmemeval_length.py run)
+LME_QA = "longmemeval-qa-dev22.json"
 
 # README phrase -> result file -> key path, and the figures read from it.
 README_FIGURES = [
@@ -170,7 +172,20 @@ README_FIGURES = [
      lambda: [segmentation("segmentation-report-tiage_dev.json", "cpu")]),
     ("Qwen2.5-Coder-1.5B answering | {} (*published", ANSWERS, "answerer 1.5b: scores.locomo_f1",
      lambda: [qa_by(ANSWERS, "qwen2.5-coder-1.5b", "locomo_f1")]),
+    ("evidence turns at 1000 tokens on {} dev questions: box-hits {}%, turn-rag {}% ({}% with the same length "
+     "penalty)", LME_RECALL, "modes.*.retrieval.recall@1000",
+     lambda: [str(len({r["qid"] for r in records(LME_RECALL.replace(".json", ".jsonl.gz")) if not r["abstention"]}))]
+     + [lme(LME_RECALL, m, "retrieval", "recall@1000") for m in ("box-hits", "turn-rag", "turn-rag:length-cost")]),
+    ("judged right {}% of {} questions with box-hits, {}% with turn-rag, {}% with full-context", LME_QA,
+     "modes.*.qa.judge",
+     lambda: [lme(LME_QA, "box-hits", "qa", "judge"), str(load(LME_QA)["questions"]),
+              lme(LME_QA, "turn-rag", "qa", "judge"), lme(LME_QA, "full-context", "qa", "judge")]),
 ]
+
+
+def lme(name: str, mode: str, part: str, key: str) -> str:
+    """A figure of a saved `membox eval longmemeval` summary (already a percentage with one decimal)."""
+    return f"{load(name)['modes'][mode][part][key]:.1f}"
 
 
 def docs_text() -> str:
