@@ -116,7 +116,7 @@ RECALL = "locomo-recall-cpu.jsonl.gz"
 CONV30 = ("conv-30",)
 EVENTWEAVE = "eventweave-recall.jsonl.gz"  # conv-26 and conv-30 on the eventweave boxes-only builds
 BUDGETS = (250, 500, 1000, 2000)
-LME_RECALL = "longmemeval-retrieval-s2.json"  # LongMemEval dev questions 0, 2, 4... (benchmarks/longmemeval_length.py run)
+LME_RECALL = "longmemeval-retrieval-dev.json"  # the 98 LongMemEval dev questions (benchmarks/longmemeval_length.py run)
 LME_QA = "longmemeval-qa-dev22.json"
 
 # README phrase -> result file -> key path, and the figures read from it.
