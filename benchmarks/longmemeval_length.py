@@ -3,14 +3,14 @@ the lead over the baselines comes from (an ablation).
 
     # the grid it was chosen on: LongMemEval dev questions 0, 6, 12... (17 of 98), retrieval only
     python benchmarks/longmemeval_length.py fit --stride 6
-    # the ablation beside the usual modes, e.g. on all 98 dev questions
-    python benchmarks/longmemeval_length.py run --no-qa --out runs/lme-length
+    # the ablation beside the usual modes on all 98 dev questions (BENCHMARKS.md, "LongMemEval")
+    python benchmarks/longmemeval_length.py run --no-qa --out runs/lme-all
 
 `fit` reads each history's build (made by `membox eval longmemeval`, reused; built first if missing) and prints
 box-hits' evidence-turn recall at 500/1000/2000 context tokens for every cost x free in the grid (cost 0: off).
-`run` is `membox eval longmemeval` with two more modes (unless --modes names others): `box-hits:no-length-cost` (length_cost 0: the boxes alone)
-and `turn-rag:length-cost` (turn-rag ranked by cosine less the same penalty, boxhits.length_penalty: the length
-prior alone, no boxes); every other argument is the command's own.
+`run` is `membox eval longmemeval` with two more modes (unless --modes names others): `box-hits:no-length-cost`
+(length_cost 0: the boxes alone) and `turn-rag:length-cost` (turn-rag ranked by cosine less the same penalty,
+boxhits.length_penalty: the length prior alone, no boxes); every other argument is the command's own.
 """
 from __future__ import annotations
 

@@ -413,9 +413,10 @@ def _cell(x) -> str:
 
 # ---- the command -------------------------------------------------------------------------------------------------
 def cmd_longmemeval(args) -> int:
-    s = Settings(data=args.data, config=args.config, types=args.types or [], questions=args.questions or [], modes=args.modes or list(DEFAULT_MODES),
-                 limit=args.limit, stride=args.stride, qa=not args.no_qa, qa_budget=args.qa_budget,
-                 judge_llm=args.judge_llm or "", out=args.out, builds=args.builds, boxes_only=not args.full_build)
+    s = Settings(data=args.data, config=args.config, types=args.types or [], questions=args.questions or [],
+                 modes=args.modes or list(DEFAULT_MODES), limit=args.limit, stride=args.stride, qa=not args.no_qa,
+                 qa_budget=args.qa_budget, judge_llm=args.judge_llm or "", out=args.out, builds=args.builds,
+                 boxes_only=not args.full_build)
     summary = run(s, progress=not args.quiet)
     print(markdown(summary))
     print(f"saved: {Path(s.out) / 'summary.json'}, {Path(s.out) / 'records.jsonl'}", file=sys.stderr)
