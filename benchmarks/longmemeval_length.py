@@ -5,6 +5,9 @@ the lead over the baselines comes from (an ablation).
     python benchmarks/longmemeval_length.py fit --stride 6
     # the ablation beside the usual modes on all 98 dev questions (BENCHMARKS.md, "LongMemEval")
     python benchmarks/longmemeval_length.py run --no-qa --out runs/lme-all
+    # the figures the docs quote: turn lengths by role, evidence turns by role, LoCoMo turns over length_free,
+    # boxes of the builds, and recall at 1000 tokens on the questions the fit did not see (saved records)
+    python benchmarks/longmemeval_length.py stats
 
 `fit` reads each history's build (made by `membox eval longmemeval`, reused; built first if missing) and prints
 box-hits' evidence-turn recall at 500/1000/2000 context tokens for every cost x free in the grid (cost 0: off).
@@ -81,6 +84,45 @@ def fit(argv: list[str]) -> int:
     return 0
 
 
+def stats(argv: list[str]) -> int:
+    import gzip
+    import json
+    import sqlite3
+    from collections import Counter
+    from pathlib import Path
+
+    from membox_local.evaluation.locomo import DEFAULT_DATA as LOCOMO
+    from membox_local.ingest import load_locomo
+
+    p = argparse.ArgumentParser(prog="longmemeval_length.py stats")
+    p.add_argument("--data", default=str(lme.DEFAULT_DATA))
+    p.add_argument("--builds", default="runs/builds-lme/cpu-ce")
+    p.add_argument("--records", default="benchmarks/results/longmemeval-retrieval-dev.jsonl.gz")
+    a = p.parse_args(argv)
+    free = load_config("cpu").retrieve.length_free
+    questions = [lme.to_question(r) for r in lme.read_file(a.data)]
+    for role in ("user", "assistant"):
+        n = np.array([count_tokens(m.render()) for q in questions for m in q.messages if m.speaker == role])
+        print(f"{role} turns: {len(n)}, median {np.median(n):.0f} tokens, {100 * np.mean(n > free):.0f}% over {free}")
+    evidence = Counter(m.speaker for q in questions for m in q.messages if m.message_id in set(q.evidence_turns))
+    print(f"evidence turns by role: {dict(evidence)}")
+    locomo = [count_tokens(m.render()) for m in load_locomo(LOCOMO)]
+    print(f"LoCoMo dev turns over {free} tokens: {sum(t > free for t in locomo)} of {len(locomo)} (longest {max(locomo)})")
+    built = [Path(a.builds) / q.id / "memory.db" for q in questions if (Path(a.builds) / q.id / "memory.db").exists()]
+    if built:
+        counts = [sqlite3.connect(db).execute("SELECT (SELECT COUNT(*) FROM messages), (SELECT COUNT(*) FROM boxes)")
+                  .fetchone() for db in built]
+        turns, boxes = (sum(c[i] for c in counts) for i in (0, 1))
+        print(f"builds: {len(built)} histories, {turns} turns in {boxes} boxes ({turns / boxes:.1f} per box)")
+    if Path(a.records).exists():
+        fitted = {q.id for q in questions[::6]}
+        recs = [json.loads(line) for line in gzip.open(a.records, "rt") if line.strip()]
+        for mode in dict.fromkeys(r["mode"] for r in recs):
+            xs = [r["recall@1000"] for r in recs if r["mode"] == mode and not r["abstention"] and r["qid"] not in fitted]
+            print(f"{mode}: recall at 1000 tokens {100 * np.mean(xs):.1f} on the {len(xs)} questions the fit did not see")
+    return 0
+
+
 def run(argv: list[str]) -> int:
     for cls in (TurnRagLengthCost, BoxHitsNoLengthCost):
         RETRIEVERS[cls.name] = cls
@@ -89,6 +131,7 @@ def run(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) < 2 or sys.argv[1] not in ("fit", "run"):
-        sys.exit("usage: longmemeval_length.py {fit,run} [arguments]  (see the module docstring)")
-    sys.exit((fit if sys.argv[1] == "fit" else run)(sys.argv[2:]))
+    commands = {"fit": fit, "run": run, "stats": stats}
+    if len(sys.argv) < 2 or sys.argv[1] not in commands:
+        sys.exit("usage: longmemeval_length.py {fit,run,stats} [arguments]  (see the module docstring)")
+    sys.exit(commands[sys.argv[1]](sys.argv[2:]))
