@@ -110,11 +110,12 @@ def main(argv=None) -> int:
 
 
 def per_message(usage: dict, messages: int) -> dict:
-    """LLM calls and tokens per message, by stage and in all, from `usage_by_stage`'s totals."""
-    out = {stage: {k: round(u[k] / messages, 2) for k in ("calls", "prompt_tokens", "completion_tokens")}
-           for stage, u in usage.items()}
+    """LLM calls and tokens per message, by stage and in all, from `usage_by_stage`'s totals; read_tokens (prompt
+    tokens less those kept from the engine's KV cache) where the backend said, for every stage."""
+    keys = ("calls", "prompt_tokens", "completion_tokens", "read_tokens")
+    out = {stage: {k: round(u[k] / messages, 2) for k in keys if k in u} for stage, u in usage.items()}
     out["all"] = {k: round(sum(u[k] for u in usage.values()) / messages, 2)
-                  for k in ("calls", "prompt_tokens", "completion_tokens")}
+                  for k in keys if k != "read_tokens" or usage and all(k in u for u in usage.values())}
     return out
 
 
@@ -132,9 +133,10 @@ def token_lines(r: dict) -> list[str]:
             pm = x["per_message"][side]
             cells = [f"{pm[st]['prompt_tokens']:g} + {pm[st]['completion_tokens']:g}" if st in pm else "0"
                      for st in STAGES]
+            read = f" ({pm['all']['read_tokens']:g} read)" if "read_tokens" in pm["all"] else ""
             lines.append(f"| {x['conversation']} | {side} | {x[side + '_s_per_msg']} | {x['load_1min']['start']}-"
                          f"{x['load_1min']['end']} | " + " | ".join(cells) +
-                         f" | {pm['all']['prompt_tokens']:g} | {pm['all']['calls']:g} |")
+                         f" | {pm['all']['prompt_tokens']:g}{read} | {pm['all']['calls']:g} |")
     return lines
 
 

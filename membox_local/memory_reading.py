@@ -110,5 +110,5 @@ class Reading:
         if isinstance(res, BaseException):
             raise res
         self.store.record_usage(conversation_id or "", "answer", res.usage.prompt_tokens,
-                                res.usage.completion_tokens)
+                                res.usage.completion_tokens, cached_tokens=res.usage.cached_tokens)
         return Answer(res.text.strip(), ctx, question)

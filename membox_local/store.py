@@ -31,7 +31,7 @@ from .private import private_file, tighten
 from .records import Change, Message
 from .store_lock import LOCK_FILE, NotFound, StoreBusy, StoreError, WriteLock  # noqa: F401  (the store's API)
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -68,7 +68,8 @@ CREATE TABLE IF NOT EXISTS llm_usage (
     stage TEXT NOT NULL,
     box_id INTEGER,
     prompt_tokens INTEGER NOT NULL,
-    completion_tokens INTEGER NOT NULL
+    completion_tokens INTEGER NOT NULL,
+    cached_tokens INTEGER
 );
 CREATE INDEX IF NOT EXISTS usage_conv ON llm_usage (conversation_id, stage);
 CREATE TABLE IF NOT EXISTS history (
@@ -96,6 +97,8 @@ CREATE TABLE IF NOT EXISTS build_time (
 COLUMNS_ADDED: dict[int, tuple[tuple[str, str, str], ...]] = {
     2: (("messages", "user_id", "TEXT NOT NULL DEFAULT ''"), ("messages", "agent_id", "TEXT NOT NULL DEFAULT ''"),
         ("messages", "metadata", "TEXT NOT NULL DEFAULT '{}'")),
+    # of a call's prompt tokens, those the engine kept from its cache (NULL: the backend did not say)
+    4: (("llm_usage", "cached_tokens", "INTEGER"),),
 }
 
 
@@ -431,23 +434,27 @@ class Store:
 
     # ---- usage ----------------------------------------------------------------------------------
     def record_usage(self, conversation_id: str, stage: str, prompt_tokens: int, completion_tokens: int,
-                     box_id: int | None = None) -> None:
+                     box_id: int | None = None, cached_tokens: int | None = None) -> None:
+        """`cached_tokens`: of the prompt tokens, those the engine kept from its cache (None: not said)."""
         with self.transaction():
             self.db.execute(
-                "INSERT INTO llm_usage (conversation_id, stage, box_id, prompt_tokens, completion_tokens)"
-                " VALUES (?, ?, ?, ?, ?)",
-                (conversation_id, stage, box_id, prompt_tokens, completion_tokens),
+                "INSERT INTO llm_usage (conversation_id, stage, box_id, prompt_tokens, completion_tokens,"
+                " cached_tokens) VALUES (?, ?, ?, ?, ?, ?)",
+                (conversation_id, stage, box_id, prompt_tokens, completion_tokens, cached_tokens),
             )
 
     def usage_by_stage(self, conversation_id: str | None = None) -> dict[str, dict[str, int]]:
-        sql = ("SELECT stage, COUNT(*) AS calls, SUM(prompt_tokens) AS p, SUM(completion_tokens) AS c "
-               "FROM llm_usage")
+        """Per stage: calls, prompt_tokens (sent), completion_tokens and, where every call of the stage said how
+        many of its prompt tokens came from the engine's cache, read_tokens (sent less cached: what the model read)."""
+        sql = ("SELECT stage, COUNT(*) AS calls, SUM(prompt_tokens) AS p, SUM(completion_tokens) AS c, "
+               "SUM(prompt_tokens - cached_tokens) AS r, COUNT(cached_tokens) AS known FROM llm_usage")
         args: list = []
         if conversation_id is not None:
             sql += " WHERE conversation_id=?"
             args.append(conversation_id)
         rows = self.db.execute(sql + " GROUP BY stage ORDER BY stage", args).fetchall()
-        return {r["stage"]: {"calls": r["calls"], "prompt_tokens": r["p"], "completion_tokens": r["c"]}
+        return {r["stage"]: {"calls": r["calls"], "prompt_tokens": r["p"], "completion_tokens": r["c"],
+                             **({"read_tokens": r["r"]} if r["known"] == r["calls"] else {})}
                 for r in rows}
 
     def record_build_time(self, rows: Iterable[tuple[str, str, float, int]]) -> None:

@@ -333,6 +333,39 @@ def test_llamacpp_score_plan_reuses_the_cache_and_asks_logits_only_for_the_conti
         plan([], [1, 2], 2, 512)
 
 
+def test_llamacpp_cached_prefix_is_what_the_kv_cache_keeps():
+    from membox_local.backends.llamacpp import cached_prefix
+
+    assert cached_prefix([], [1, 2, 3]) == 0
+    assert cached_prefix([1, 2, 9], [1, 2, 3, 4]) == 2
+    assert cached_prefix([1, 2, 3], [1, 2, 3]) == 2  # the last token is read again for its logits
+    assert cached_prefix([1, 2, 3, 4, 5], [1, 2, 3]) == 2
+
+
+def test_store_reports_tokens_read_only_where_every_call_said():
+    from membox_local.store import Store
+
+    s = Store(":memory:")
+    s.record_usage("c", "extract", 100, 10, cached_tokens=60)
+    s.record_usage("c", "extract", 50, 5, cached_tokens=0)
+    s.record_usage("c", "link", 80, 2, cached_tokens=30)
+    s.record_usage("c", "link", 80, 2)  # a backend that does not say
+    u = s.usage_by_stage("c")
+    assert u["extract"] == {"calls": 2, "prompt_tokens": 150, "completion_tokens": 15, "read_tokens": 90}
+    assert "read_tokens" not in u["link"] and u["link"]["prompt_tokens"] == 160
+
+
+def test_openai_usage_reads_the_servers_cached_tokens():
+    from types import SimpleNamespace as NS
+
+    from membox_local.backends.openai import OpenAIAdapter
+
+    with_cache = NS(usage=NS(prompt_tokens=120, completion_tokens=5, prompt_tokens_details=NS(cached_tokens=64)))
+    without = NS(usage=NS(prompt_tokens=120, completion_tokens=5, prompt_tokens_details=None))
+    assert OpenAIAdapter.usage(with_cache, "extract").cached_tokens == 64
+    assert OpenAIAdapter.usage(without, "extract").cached_tokens is None
+
+
 def test_grammar_greedy_checks_the_best_token_first_and_picks_what_constraining_first_would():
     import numpy as np
 
@@ -443,6 +476,10 @@ def test_llamacpp_stage_contexts_keep_each_stage_instructions_cached(llamacpp_ba
         res_one = b.json_batch([json_req(1), link, json_req(2), link])
     finally:
         b.cfg = cfg
+    # what was read: the same link request again keeps all but its last token in its own instance; in one shared
+    # instance the extraction between them evicted it
+    assert res[3].usage.cached_tokens == res[3].usage.prompt_tokens - 1
+    assert res_one[3].usage.cached_tokens < res[3].usage.cached_tokens
     for results in (res, res_one):
         for r, schema in zip(results, [SCHEMA, link.schema, SCHEMA, link.schema]):
             assert isinstance(r, JsonResult) and validate_json(r.data, schema) == []

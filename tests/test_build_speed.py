@@ -84,3 +84,13 @@ def test_build_speed_reports_tokens_per_message_by_stage_and_the_load():
     assert "config cpu-ce; before = cpu\n" in md
     assert "| conv-26 | before | 2.5 | 0.1-1.9 | 146 + 0 | 0 | 23.2 + 0.8 | 0 | 169.2 | 2.2 |" in md
     assert "| conv-26 | after | 0.5 | 0.1-1.9 | 0 | 0 | 0 | 0 | 0 | 0 |" in md
+    # tokens read (sent less those kept from the KV cache), where every stage said
+    read = {"extract": {"calls": 2, "prompt_tokens": 800, "completion_tokens": 100, "read_tokens": 500},
+            "link": {"calls": 2, "prompt_tokens": 600, "completion_tokens": 4, "read_tokens": 300}}
+    pm = bs.per_message(read, 10)
+    assert pm["extract"]["read_tokens"] == 50.0 and pm["all"]["read_tokens"] == 80.0
+    assert "read_tokens" not in bs.per_message(dict(read, judge=usage["judge"]), 10)["all"]
+    row["per_message"]["after"] = pm
+    assert "| 140 (80 read) | 0.4 |" in bs.markdown({"date": "2026-12-04", "machine": "m", "config": "cpu-ce",
+                                                    "before": [], "rows": [row], "total": {
+                                                        "messages": 10, "before_s": 25.0, "after_s": 5.0, "ratio": 5.0}})

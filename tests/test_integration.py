@@ -57,6 +57,20 @@ def test_usage_is_recorded_per_stage(built):
     assert usage["extract"]["prompt_tokens"] > 0 and usage["extract"]["completion_tokens"] > 0
 
 
+def test_usage_says_which_prompt_tokens_the_model_read(built):
+    """llama.cpp reports, per call, the prompt tokens it kept from its KV cache: the stages' fixed instructions are
+    read once per context, so a build's tokens read are fewer than its tokens sent, never more."""
+    usage = built.store.usage_by_stage()
+    for stage, u in usage.items():
+        assert 0 < u["read_tokens"] <= u["prompt_tokens"], stage
+    assert usage["extract"]["read_tokens"] < usage["extract"]["prompt_tokens"]  # the instructions were cached
+    from membox_local.backends.base import Prompt, TextRequest
+
+    prompt = Prompt("Answer in one word.", "What colour is the sky on a clear day?")
+    first, again = (built.backend.text([TextRequest(prompt, "test", 4)])[0].usage for _ in range(2))
+    assert again.prompt_tokens == first.prompt_tokens and again.cached_tokens == first.prompt_tokens - 1
+
+
 def test_search_and_answer(built):
     hits = built.search("What is the name of Tom's cat?", k=3)
     assert any("Pepper" in b.text() for b, _ in hits)

@@ -319,7 +319,8 @@ def make_schema_1(path) -> None:
     db = sqlite3.connect(path)
     for stmt in ("DROP INDEX messages_user", "DROP INDEX messages_agent", "DROP TABLE history",
                  "ALTER TABLE messages DROP COLUMN user_id", "ALTER TABLE messages DROP COLUMN agent_id",
-                 "ALTER TABLE messages DROP COLUMN metadata", "UPDATE meta SET value='1' WHERE key='schema_version'"):
+                 "ALTER TABLE messages DROP COLUMN metadata", "ALTER TABLE llm_usage DROP COLUMN cached_tokens",
+                 "UPDATE meta SET value='1' WHERE key='schema_version'"):
         db.execute(stmt)
     db.commit()
     db.close()
@@ -342,7 +343,8 @@ def test_a_schema_1_store_opens_and_migrates(tmp_path, cfg):
     assert "metadata" not in columns(folder / "memory.db")
 
     with Memory(folder, cfg, backend=FakeBackend(), embedder=FakeEmbedder()) as mem:  # migrated on open
-        assert mem.store.get_meta("schema_version") == str(SCHEMA_VERSION) == "3"
+        assert mem.store.get_meta("schema_version") == str(SCHEMA_VERSION) == "4"
+        assert "read_tokens" not in mem.store.usage_by_stage()["extract"]  # old rows did not say
         assert mem.boxes() == boxes and mem.get((CONV, "s1-1")).metadata == {}
         assert mem.history((CONV, "s1-1")) == []  # a record's history starts with the migration
         mem.add(demo()[12:14], seal=True, user_id="maya", metadata={"late": True})
@@ -351,6 +353,6 @@ def test_a_schema_1_store_opens_and_migrates(tmp_path, cfg):
     assert {"user_id", "agent_id", "metadata"} <= columns(folder / "memory.db")
     again = Store(folder / "memory.db")  # opening again changes nothing (idempotent)
     try:
-        assert again.get_meta("schema_version") == "3" and len(again.messages(CONV)) == 14
+        assert again.get_meta("schema_version") == "4" and len(again.messages(CONV)) == 14
     finally:
         again.close()

@@ -72,8 +72,11 @@ LLMRequest = Union[LabelRequest, JsonRequest, TextRequest, ScoreRequest]
 @dataclass
 class Usage:
     stage: str
-    prompt_tokens: int
+    prompt_tokens: int  # tokens sent
     completion_tokens: int
+    # of prompt_tokens, those the engine did not read again: a prefix still in its KV cache from an earlier call
+    # (llama.cpp) or a prompt cache the server reports (OpenAI's cached_tokens); None: the backend does not say
+    cached_tokens: int | None = None
 
 
 @dataclass

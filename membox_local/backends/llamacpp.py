@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -65,6 +65,17 @@ def check_gguf(path) -> None:
 # EventWeave summary, "Invalid control character"). llama.cpp's own converter excludes the control characters.
 _LOOSE_CHAR = 'char ::= [^"\\\\] |'
 _JSON_CHAR = 'char ::= [^"\\\\\\x7F\\x00-\\x1F] |'
+
+
+def cached_prefix(cached: Sequence[int], tokens: Sequence[int]) -> int:
+    """How many of `tokens` a llama.cpp context holding `cached` keeps from its KV cache: their longest common
+    prefix, never the last token (evaluated again for its logits), as llama-cpp-python's generate does."""
+    n = 0
+    for a, b in zip(cached, tokens[:-1]):
+        if a != b:
+            break
+        n += 1
+    return n
 
 
 def json_gbnf(schema: dict) -> str:
@@ -261,11 +272,14 @@ class LlamaCppBackend(Backend):
         return llm
 
     def _complete(self, prompt: Prompt, max_tokens: int, grammar=None, llm=None) -> tuple[str, Usage, str]:
-        out = (llm or self.llm).create_completion(self.prompt_tokens(prompt), grammar=grammar,
-                                                  **self.adapter.completion_kwargs(max_tokens))
+        llm = llm or self.llm
+        tokens = self.prompt_tokens(prompt)
+        cached = cached_prefix(llm._input_ids, tokens)  # what create_completion keeps of its KV cache
+        out = llm.create_completion(tokens, grammar=grammar, **self.adapter.completion_kwargs(max_tokens))
         choice = out["choices"][0]
         u = out["usage"]
-        return choice["text"], Usage("", u["prompt_tokens"], u["completion_tokens"]), choice.get("finish_reason") or ""
+        usage = Usage("", u["prompt_tokens"], u["completion_tokens"], cached)
+        return choice["text"], usage, choice.get("finish_reason") or ""
 
     def _json_complete(self, prompt: Prompt, max_tokens: int, key: str, schema: dict,
                        stage: str) -> tuple[str, Usage, str]:
@@ -304,7 +318,7 @@ class LlamaCppBackend(Backend):
         if len(tokens) + max_tokens > llm.n_ctx():
             raise PromptTooLong(f"{len(tokens)} prompt tokens + {max_tokens} to generate exceed the context window "
                                 f"of {llm.n_ctx()}", len(tokens) + max_tokens, llm.n_ctx())
-        self._eval_from_cache(tokens, llm)
+        cached = self._eval_from_cache(tokens, llm)
         vocab, n_vocab = llm._model.vocab, llm.n_vocab()
         g = GrammarSampler(proto, n_vocab)
         out: list[int] = []
@@ -322,23 +336,21 @@ class LlamaCppBackend(Backend):
         finally:
             g.close()
         text = llm.detokenize(out).decode("utf-8", errors="replace")
-        return text, Usage("", len(tokens), len(out)), finish
+        return text, Usage("", len(tokens), len(out), cached), finish
 
-    def _eval_from_cache(self, tokens: list[int], llm) -> None:
+    def _eval_from_cache(self, tokens: list[int], llm) -> int:
         """Evaluate `tokens` in `llm`, keeping the KV cache of their longest prefix already evaluated (never all of
-        them: the last one is evaluated again for its logits)."""
-        prefix = 0
-        for a, b in zip(llm._input_ids, tokens[:-1]):
-            if a != b:
-                break
-            prefix += 1
+        them: the last one is evaluated again for its logits); returns how many were kept."""
+        prefix = cached_prefix(llm._input_ids, tokens)
         llm.n_tokens = prefix
         llm.eval(tokens[prefix:])
+        return prefix
 
-    def _next_logits(self, tokens: list[int], llm) -> np.ndarray:
-        """Evaluate `tokens`, reusing the cached prefix, and return the last position's logits."""
-        self._eval_from_cache(tokens, llm)
-        return np.ctypeslib.as_array(llm._ctx.get_logits(), shape=(llm.n_vocab(),)).copy()
+    def _next_logits(self, tokens: list[int], llm) -> tuple[np.ndarray, int]:
+        """Evaluate `tokens`, reusing the cached prefix; the last position's logits and how many tokens were
+        kept from the cache."""
+        cached = self._eval_from_cache(tokens, llm)
+        return np.ctypeslib.as_array(llm._ctx.get_logits(), shape=(llm.n_vocab(),)).copy(), cached
 
     # ---- the three request kinds -----------------------------------------------------------------
     def label_batch(self, requests: list[LabelRequest]) -> list[LabelResult]:
@@ -351,12 +363,13 @@ class LlamaCppBackend(Backend):
                 g = self._grammar("label:" + "|".join(req.labels), lambda: self._make_grammar_str(
                     self.adapter.label_grammar(req.labels)))
                 text, usage, _ = self._complete(req.prompt, 8, g, self._context(req.stage))
-                results.append(LabelResult(text.strip(), Usage(req.stage, usage.prompt_tokens, usage.completion_tokens)))
+                results.append(LabelResult(text.strip(), dataclasses.replace(usage, stage=req.stage)))
                 continue
             tokens = self.prompt_tokens(req.prompt)
-            probs = label_distribution(req.labels, self._next_logits(tokens, self._context(req.stage))[firsts])
+            logits, cached = self._next_logits(tokens, self._context(req.stage))
+            probs = label_distribution(req.labels, logits[firsts])
             best = max(req.labels, key=probs.__getitem__)
-            results.append(LabelResult(best, Usage(req.stage, len(tokens), 1), probs if req.logprobs else None))
+            results.append(LabelResult(best, Usage(req.stage, len(tokens), 1, cached), probs if req.logprobs else None))
         return results
 
     def _make_grammar_str(self, text: str):
@@ -370,7 +383,7 @@ class LlamaCppBackend(Backend):
             # the grammar keeps the schema's property order (the key is sorted, for caching only): fields are
             # generated in the order the prompt describes them
             key = self.adapter.schema_key(req.schema)
-            total = Usage(req.stage, 0, 0)
+            total = Usage(req.stage, 0, 0, 0)
             error = None
             for _ in range(1 + max(0, self.cfg.max_retries)):
                 try:
@@ -383,6 +396,7 @@ class LlamaCppBackend(Backend):
                     break
                 total.prompt_tokens += usage.prompt_tokens
                 total.completion_tokens += usage.completion_tokens
+                total.cached_tokens += usage.cached_tokens or 0
                 try:
                     results.append(JsonResult(parse_json_output(raw, req.schema), total, raw))
                     error = None
@@ -398,7 +412,7 @@ class LlamaCppBackend(Backend):
         results = []
         for req in requests:
             text, usage, _ = self._complete(req.prompt, req.max_tokens, llm=self._context(req.stage))
-            results.append(TextResult(text.strip(), Usage(req.stage, usage.prompt_tokens, usage.completion_tokens)))
+            results.append(TextResult(text.strip(), dataclasses.replace(usage, stage=req.stage)))
         return results
 
     def score_batch(self, requests: list[ScoreRequest]) -> list[ScoreResult]:
@@ -418,12 +432,13 @@ class LlamaCppBackend(Backend):
             ctx, cont = fit_score_tokens(self.tokenize(req.context, special=False),
                                          self.tokenize(req.continuation, special=False), self.cfg.score_ctx)
             toks = ctx + cont
-            lp = next_token_logprob(self._continuation_rows(toks, len(ctx)), cont)
-            results.append(ScoreResult(lp, len(cont), Usage(req.stage, len(toks), 0)))
+            rows, kept = self._continuation_rows(toks, len(ctx))
+            results.append(ScoreResult(next_token_logprob(rows, cont), len(cont), Usage(req.stage, len(toks), 0, kept)))
         return results
 
-    def _continuation_rows(self, tokens: list[int], start: int) -> np.ndarray:
-        """The next-token logits at positions start - 1 .. len - 2 of `tokens`, one row each."""
+    def _continuation_rows(self, tokens: list[int], start: int) -> tuple[np.ndarray, int]:
+        """The next-token logits at positions start - 1 .. len - 2 of `tokens`, one row each, and how many tokens
+        were kept from the KV cache."""
         sc, n_vocab = self._scorer, self._scorer.n_vocab()
         keep, chunks = self.adapter.score_plan(self._scored, tokens, start, self.cfg.n_batch)
         batch = sc._batch.batch
@@ -445,7 +460,7 @@ class LlamaCppBackend(Backend):
             sc._ctx.kv_cache_seq_rm(0, 0, -1)  # the cache no longer matches what we recorded: start over
             self._scored = []
             raise
-        return np.stack(rows)
+        return np.stack(rows), keep
 
     def close(self) -> None:
         protos, self._protos = getattr(self, "_protos", {}), {}

@@ -136,7 +136,9 @@ class OpenAIAdapter:
         u = resp.usage
         if u is None:
             raise BackendError(f"{stage}: the server returned no token usage; it is required for accounting")
-        return Usage(stage, int(u.prompt_tokens), int(u.completion_tokens))
+        details = getattr(u, "prompt_tokens_details", None)  # a server's prompt cache, when it reports one
+        cached = getattr(details, "cached_tokens", None) if details is not None else None
+        return Usage(stage, int(u.prompt_tokens), int(u.completion_tokens), None if cached is None else int(cached))
 
     @staticmethod
     def label_probs(resp: Any, labels: Sequence[str]) -> dict[str, float]:
@@ -289,6 +291,8 @@ class OpenAIBackend(Backend):
                 u = self.adapter.usage(resp, req.stage)
                 total.prompt_tokens += u.prompt_tokens
                 total.completion_tokens += u.completion_tokens
+                if u.cached_tokens is not None:
+                    total.cached_tokens = (total.cached_tokens or 0) + u.cached_tokens
                 try:
                     return JsonResult(parse_json_output(raw, req.schema), total, raw)
                 except ValueError as exc:

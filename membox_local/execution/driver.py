@@ -83,7 +83,8 @@ class Driver:
             results[i] = res
             usage = getattr(res, "usage", None)
             if usage is not None:
-                self.store.record_usage(conversations[i], usage.stage, usage.prompt_tokens, usage.completion_tokens)
+                self.store.record_usage(conversations[i], usage.stage, usage.prompt_tokens, usage.completion_tokens,
+                                        cached_tokens=usage.cached_tokens)
 
     def drive(self, step: Step, conversation_id: str) -> Any:
         return self.drive_many({0: (conversation_id, step)})[0]
