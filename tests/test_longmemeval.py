@@ -4,6 +4,7 @@ and one question on the real CPU stack."""
 from __future__ import annotations
 
 import gzip
+import dataclasses
 import json
 import math
 
@@ -125,6 +126,8 @@ def test_the_judge_rules_and_the_deterministic_check():
     q2, q3 = lme.to_question(RECORDS[1]), lme.to_question(RECORDS[2])
     assert "updated (most recent) value" in lme.judge_prompt(q2, "Acme Labs").user
     assert "cannot be answered" in lme.judge_prompt(q3, "not mentioned").user
+    assert q3.answer not in lme.judge_prompt(q3, "not mentioned").user  # the gold's explanation is no answer
+    assert q2.answer in lme.judge_prompt(q2, "Acme Labs").user
     assert lme.deterministic(q2, "You work at Acme Labs.")["right"] == 1.0
     assert lme.deterministic(q2, "Globex")["right"] == 0.0
     assert lme.deterministic(q3, "Not mentioned.")["right"] == 1.0
@@ -149,6 +152,40 @@ def test_a_run_on_the_doubles_measures_every_mode_and_resumes(tmp_path, data):
     again = lme.run(s, backend=FakeBackend(), embedder=FakeEmbedder(), judge=FakeBackend(), progress=False)
     assert len((tmp_path / "out" / "records.jsonl").read_text().splitlines()) == 12  # nothing done twice
     assert again["modes"]["turn-rag"]["retrieval"] == turn["retrieval"]
+
+
+class SaysYes:
+    """A judge double that grades every reply right, and counts its calls."""
+
+    def __init__(self):
+        self.prompts = []
+
+    def label(self, requests):
+        from membox_local.backends.base import LabelResult, Usage
+
+        self.prompts += [r.prompt.user for r in requests]
+        return [LabelResult("yes", Usage(r.stage, 1, 1)) for r in requests]
+
+
+def test_rejudge_grades_the_saved_replies_again_without_answering(tmp_path, data, capsys):
+    s = lme.Settings(data=str(data), config="cpu-minilm", out=str(tmp_path / "out"), builds=str(tmp_path / "b"),
+                     modes=["turn-rag", "full-context"])
+    first = lme.run(s, backend=FakeBackend(), embedder=FakeEmbedder(), judge=FakeBackend(), progress=False)
+    path = tmp_path / "out" / "records.jsonl"
+    before = [json.loads(line) for line in path.read_text().splitlines()]
+    judge = SaysYes()
+    again = lme.run(dataclasses.replace(s, rejudge=True, modes=["turn-rag"]), judge=judge, progress=False)
+    after = [json.loads(line) for line in path.read_text().splitlines()]
+    assert len(judge.prompts) == 3 and list(again["modes"]) == ["turn-rag"]
+    assert again["modes"]["turn-rag"]["qa"]["judge"] == 100.0
+    assert [r["reply"] for r in after] == [r["reply"] for r in before]  # nothing answered again
+    assert [r["judge"] for r in after if r["mode"] == "full-context"] == \
+        [r["judge"] for r in before if r["mode"] == "full-context"]  # a mode not chosen is left as it was
+    assert first["modes"]["turn-rag"]["retrieval"] == again["modes"]["turn-rag"]["retrieval"]
+    assert not path.with_suffix(".jsonl.tmp").exists()
+    assert main(["eval", "longmemeval", "--data", str(data), "--out", str(tmp_path / "none"), "--rejudge"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: --rejudge: ") and "holds no saved reply" in err and "\n" not in err
 
 
 def test_a_relative_time_in_the_question_is_resolved_against_its_date(tmp_path, data):

@@ -219,7 +219,13 @@ JUDGE_RULES = {
 
 
 def judge_prompt(q: Question, reply: str) -> Prompt:
+    """An abstention question shows no gold text: its gold is an explanation of why the history does not tell
+    ("You mentioned Dr. Smith but not Dr. Johnson"), which a small judge took for an answer the reply had to match
+    (it marked "not mentioned" wrong on 2 of 2 dev questions); the question is then whether the reply declines."""
     rule = JUDGE_RULES["abstention" if q.abstention else q.type if q.type in JUDGE_RULES else "default"]
+    if q.abstention:
+        return Prompt(JUDGE_SYSTEM, f"Rule: {rule}\n\nQuestion: {q.question}\nReply: {reply}\n\n"
+                                    f"Does the reply decline to answer, saying the history does not tell (yes or no)?")
     return Prompt(JUDGE_SYSTEM, f"Rule: {rule}\n\nQuestion: {q.question}\nCorrect answer: {q.answer}\n"
                                 f"Reply: {reply}\n\nIs the reply right (yes or no)?")
 
@@ -240,11 +246,15 @@ def qa_record(q: Question, mem, retriever, answerer, judge, budget: int) -> dict
     # "two weeks ago" in the question itself is resolved against the day it is asked, as the excerpts' are
     asked = resolve_relative(q.question, q.date) if mem.config.retrieve.resolve_dates else q.question
     reply = mem.answer_from(asked, ctx, q.id, backend=answerer, today=q.date).text
+    return {"reply": reply, "context_tokens": ctx.tokens, **grade(q, reply, judge)}
+
+
+def grade(q: Question, reply: str, judge) -> dict[str, float]:
+    """The judge's verdict (1.0 yes) and the deterministic checks of one reply."""
     verdict = judge.label([LabelRequest(judge_prompt(q, reply), ("yes", "no"), "qa-judge")])[0]
     if isinstance(verdict, BaseException):
         raise verdict
-    return {"reply": reply, "context_tokens": ctx.tokens, "judge": float(verdict.label == "yes"),
-            **deterministic(q, reply)}
+    return {"judge": float(verdict.label == "yes"), **deterministic(q, reply)}
 
 
 # ---- the run -----------------------------------------------------------------------------------------------------
@@ -263,6 +273,7 @@ class Settings:
     out: str = "runs/longmemeval"
     builds: str = "runs/builds-lme"
     boxes_only: bool = True  # box-hits needs boxes, not records; `--full-build` extracts records (compact)
+    rejudge: bool = False  # grade the saved replies again (another judge, a changed rule); nothing built or answered
 
 
 def judge_backend(cfg: Config, spec: str, shared: Shared):
@@ -291,6 +302,8 @@ def run(s: Settings, backend=None, embedder=None, judge=None, progress: bool = T
     if bad:
         raise InputError(f"--modes {' '.join(bad)}: not a retrieval mode; choose from {', '.join(RETRIEVERS)}")
     questions = [to_question(r) for r in sample(read_file(s.data), s.types, s.limit, s.stride, s.questions)]
+    if s.rejudge:
+        return rejudge(s, cfg, questions, judge, progress)
     out = Path(s.out)
     out.mkdir(parents=True, exist_ok=True)
     path = out / "records.jsonl"
@@ -326,6 +339,32 @@ def run(s: Settings, backend=None, embedder=None, judge=None, progress: bool = T
     summary = summarise(chosen, s, cfg)
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
     (out / "summary.md").write_text(markdown(summary))
+    return summary
+
+
+def rejudge(s: Settings, cfg: Config, questions: list[Question], judge=None, progress: bool = True) -> dict[str, Any]:
+    """`--rejudge`: grade the saved replies of the chosen questions and modes again, without building or answering
+    (another `--judge-llm` on the same replies, or a changed rule). `records.jsonl` is rewritten whole through a
+    temporary file, so that an interrupted run leaves the old one as it was."""
+    path = Path(s.out) / "records.jsonl"
+    records = _read(path)
+    by_id = {q.id: q for q in questions}
+    todo = [r for r in records if r["qid"] in by_id and r["mode"] in s.modes and "reply" in r]
+    if not todo:
+        raise InputError(f"--rejudge: {path} holds no saved reply of the chosen questions and modes")
+    grader = judge if judge is not None else judge_backend(cfg, s.judge_llm, Shared(cfg))
+    bar = _bar(len(todo), progress)
+    for r in todo:
+        r.update(grade(by_id[r["qid"]], r["reply"], grader))
+        bar.update(1)
+    bar.close()
+    tmp = path.with_suffix(".jsonl.tmp")
+    tmp.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records), encoding="utf-8")
+    os.replace(tmp, path)
+    chosen = [r for r in records if r["qid"] in by_id and r["mode"] in s.modes]
+    summary = summarise(chosen, s, cfg)
+    (Path(s.out) / "summary.json").write_text(json.dumps(summary, indent=2))
+    (Path(s.out) / "summary.md").write_text(markdown(summary))
     return summary
 
 
@@ -416,7 +455,7 @@ def cmd_longmemeval(args) -> int:
     s = Settings(data=args.data, config=args.config, types=args.types or [], questions=args.questions or [],
                  modes=args.modes or list(DEFAULT_MODES), limit=args.limit, stride=args.stride, qa=not args.no_qa,
                  qa_budget=args.qa_budget, judge_llm=args.judge_llm or "", out=args.out, builds=args.builds,
-                 boxes_only=not args.full_build)
+                 boxes_only=not args.full_build, rejudge=args.rejudge)
     summary = run(s, progress=not args.quiet)
     print(markdown(summary))
     print(f"saved: {Path(s.out) / 'summary.json'}, {Path(s.out) / 'records.jsonl'}", file=sys.stderr)
@@ -438,6 +477,8 @@ def add_parser(subparsers) -> None:
     p.add_argument("--qa-budget", type=count(1), default=1000, help="context tokens for answering (default 1000)")
     p.add_argument("--judge-llm", help="the judge: a model name or path on the config's backend, or "
                                        "openai:MODEL[@BASE_URL] (default: the config's answering model)")
+    p.add_argument("--rejudge", action="store_true", help="grade the replies saved in --out again (e.g. with "
+                                                          "another --judge-llm); builds and answers nothing")
     p.add_argument("--full-build", action="store_true", help="extract box records too (for `compact`; an LLM call "
                                                              "per box)")
     p.add_argument("--out", default="runs/longmemeval", help="run folder: records.jsonl, summary.json, summary.md")
