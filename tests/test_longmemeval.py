@@ -125,8 +125,10 @@ def test_sampling_by_type_stride_and_limit():
 def test_the_judge_rules_and_the_deterministic_check():
     q2, q3 = lme.to_question(RECORDS[1]), lme.to_question(RECORDS[2])
     assert "updated (most recent) value" in lme.judge_prompt(q2, "Acme Labs").user
-    assert "cannot be answered" in lme.judge_prompt(q3, "not mentioned").user
-    assert q3.answer not in lme.judge_prompt(q3, "not mentioned").user  # the gold's explanation is no answer
+    # abstention: is an answer given at all (right: no); the gold's explanation is not shown
+    assert "Does the reply give an answer" in lme.judge_prompt(q3, "not mentioned").user
+    assert q3.answer not in lme.judge_prompt(q3, "not mentioned").user
+    assert (lme.right_label(q3), lme.right_label(q2)) == ("no", "yes")
     assert q2.answer in lme.judge_prompt(q2, "Acme Labs").user
     assert lme.deterministic(q2, "You work at Acme Labs.")["right"] == 1.0
     assert lme.deterministic(q2, "Globex")["right"] == 0.0
@@ -154,8 +156,9 @@ def test_a_run_on_the_doubles_measures_every_mode_and_resumes(tmp_path, data):
     assert again["modes"]["turn-rag"]["retrieval"] == turn["retrieval"]
 
 
-class SaysYes:
-    """A judge double that grades every reply right, and counts its calls."""
+class Approves:
+    """A judge double that grades every reply right (an abstention reply: "no", it gives no answer), and keeps
+    its prompts."""
 
     def __init__(self):
         self.prompts = []
@@ -164,7 +167,8 @@ class SaysYes:
         from membox_local.backends.base import LabelResult, Usage
 
         self.prompts += [r.prompt.user for r in requests]
-        return [LabelResult("yes", Usage(r.stage, 1, 1)) for r in requests]
+        return [LabelResult("no" if "Does the reply give an answer" in r.prompt.user else "yes", Usage(r.stage, 1, 1))
+                for r in requests]
 
 
 def test_rejudge_grades_the_saved_replies_again_without_answering(tmp_path, data, capsys):
@@ -173,7 +177,7 @@ def test_rejudge_grades_the_saved_replies_again_without_answering(tmp_path, data
     first = lme.run(s, backend=FakeBackend(), embedder=FakeEmbedder(), judge=FakeBackend(), progress=False)
     path = tmp_path / "out" / "records.jsonl"
     before = [json.loads(line) for line in path.read_text().splitlines()]
-    judge = SaysYes()
+    judge = Approves()
     again = lme.run(dataclasses.replace(s, rejudge=True, modes=["turn-rag"]), judge=judge, progress=False)
     after = [json.loads(line) for line in path.read_text().splitlines()]
     assert len(judge.prompts) == 3 and list(again["modes"]) == ["turn-rag"]

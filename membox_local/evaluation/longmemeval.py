@@ -213,21 +213,32 @@ JUDGE_RULES = {
                         "an older value is still right as long as it gives the updated one as the answer.",
     "single-session-preference": "The correct answer is a rubric of what a good personalised reply uses. Right "
                                  "means the reply follows the rubric and uses the user's own preferences.",
-    "abstention": "The question cannot be answered from the history. Right means the reply says it does not know "
-                  "or that the history does not tell; any attempt at an answer is wrong.",
 }
+
+
+# abstention questions: whether the reply answers at all (right: it does not)
+ANSWERS_SYSTEM = ("You read a question and a reply to it. Reply with one word: yes if the reply gives an answer (a "
+                  "number, a name, a date, a place, a fact), no if it says it does not know or that this is not "
+                  "mentioned.")
 
 
 def judge_prompt(q: Question, reply: str) -> Prompt:
     """An abstention question shows no gold text: its gold is an explanation of why the history does not tell
     ("You mentioned Dr. Smith but not Dr. Johnson"), which a small judge took for an answer the reply had to match
-    (it marked "not mentioned" wrong on 2 of 2 dev questions); the question is then whether the reply declines."""
-    rule = JUDGE_RULES["abstention" if q.abstention else q.type if q.type in JUDGE_RULES else "default"]
+    (it marked "not mentioned" wrong on 2 of 2 dev questions). Asked instead whether the reply declines, the 1.5B
+    said yes to "2 days" too; so the question is whether the reply gives an answer, and right is no
+    (`right_label`)."""
     if q.abstention:
-        return Prompt(JUDGE_SYSTEM, f"Rule: {rule}\n\nQuestion: {q.question}\nReply: {reply}\n\n"
-                                    f"Does the reply decline to answer, saying the history does not tell (yes or no)?")
+        return Prompt(ANSWERS_SYSTEM, f"Question: {q.question}\nReply: {reply}\n\nDoes the reply give an answer "
+                                      f"(yes or no)?")
+    rule = JUDGE_RULES[q.type if q.type in JUDGE_RULES else "default"]
     return Prompt(JUDGE_SYSTEM, f"Rule: {rule}\n\nQuestion: {q.question}\nCorrect answer: {q.answer}\n"
                                 f"Reply: {reply}\n\nIs the reply right (yes or no)?")
+
+
+def right_label(q: Question) -> str:
+    """The judge's word for a right reply: "no" (no answer given) for an abstention question, else "yes"."""
+    return "no" if q.abstention else "yes"
 
 
 def deterministic(q: Question, reply: str) -> dict[str, float]:
@@ -254,7 +265,7 @@ def grade(q: Question, reply: str, judge) -> dict[str, float]:
     verdict = judge.label([LabelRequest(judge_prompt(q, reply), ("yes", "no"), "qa-judge")])[0]
     if isinstance(verdict, BaseException):
         raise verdict
-    return {"judge": float(verdict.label == "yes"), **deterministic(q, reply)}
+    return {"judge": float(verdict.label == right_label(q)), **deterministic(q, reply)}
 
 
 # ---- the run -----------------------------------------------------------------------------------------------------
