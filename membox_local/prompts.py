@@ -239,14 +239,10 @@ ANSWER_SYSTEM = (
 )
 
 
-# with the moment a question is asked (an assistant's memory of a user: LongMemEval): today's date, which of two
-# excerpts that disagree holds, a request for advice (answered from what the user said, not "not mentioned"), and
-# a question about something the excerpts do not tell (part of it only is not enough)
+# with the moment a question is asked (an assistant's memory of a user: LongMemEval): today's date, and which of two
+# excerpts that disagree holds
 ANSWER_TODAY = (" Today is {today}: work out 'how many days ago' and the like from it. When two excerpts disagree "
-                "(a value that changed), the more recent one holds. When the question asks for advice or a "
-                "suggestion, give one in a sentence that fits what the excerpts tell about the user. When the "
-                "excerpts tell about some of the people, things or places the question names but not all of them, "
-                "say: not mentioned.")
+                "(a value that changed), the more recent one holds.")
 
 
 def answer_prompt(context: str, question: str, today: str = "") -> Prompt:

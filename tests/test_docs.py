@@ -117,7 +117,8 @@ CONV30 = ("conv-30",)
 EVENTWEAVE = "eventweave-recall.jsonl.gz"  # conv-26 and conv-30 on the eventweave boxes-only builds
 BUDGETS = (250, 500, 1000, 2000)
 LME_RECALL = "longmemeval-retrieval-dev.json"  # the 98 LongMemEval dev questions (benchmarks/longmemeval_length.py run)
-LME_QA = "longmemeval-qa-dev22.json"
+LME_QA = "longmemeval-qa-dev37.json"
+SPEED_READ = "build-speed-read-conv30.json"  # benchmarks/build_speed.py, conv-30, cpu against cpu-ce, tokens read
 
 # README phrase -> result file -> key path, and the figures read from it.
 README_FIGURES = [
@@ -176,11 +177,21 @@ README_FIGURES = [
      "penalty)", LME_RECALL, "modes.*.retrieval.recall@1000",
      lambda: [str(len({r["qid"] for r in records(LME_RECALL.replace(".json", ".jsonl.gz")) if not r["abstention"]}))]
      + [lme(LME_RECALL, m, "retrieval", "recall@1000") for m in ("box-hits", "turn-rag", "turn-rag:length-cost")]),
+    ("{} s and {} LLM prompt tokens read per message, against {} s and {} with the default's PMI judge", SPEED_READ,
+     "rows[0]: after_s_per_msg, per_message.after.all.read_tokens, before_s_per_msg, per_message.before.all.read_tokens",
+     lambda: speed_read()),
     ("judged right {}% of {} questions with box-hits, {}% with turn-rag, {}% with full-context", LME_QA,
      "modes.*.qa.judge",
      lambda: [lme(LME_QA, "box-hits", "qa", "judge"), str(load(LME_QA)["questions"]),
               lme(LME_QA, "turn-rag", "qa", "judge"), lme(LME_QA, "full-context", "qa", "judge")]),
 ]
+
+
+def speed_read() -> list[str]:
+    """Seconds and LLM prompt tokens read per message, cpu-ce then cpu, from the side-by-side run of conv-30."""
+    row = load(SPEED_READ)["rows"][0]
+    return [f"{row['after_s_per_msg']:.2f}", f"{row['per_message']['after']['all']['read_tokens']:.1f}",
+            f"{row['before_s_per_msg']:.2f}", f"{row['per_message']['before']['all']['read_tokens']:.1f}"]
 
 
 def lme(name: str, mode: str, part: str, key: str) -> str:

@@ -35,7 +35,8 @@ MODES = ("compact", "trace", "box-hits", "box-hits-trace", "chunk-rag")
 # columns added after the digests were first written, with the value a build of these conversations writes: checked
 # on every row where the column exists, then left out of the digest
 ADDED = {"messages": {"user_id": "", "agent_id": "", "metadata": "{}"},
-         "boxes": {"note": ""}}  # membox schema 2: what a record was made from when not the whole box
+         "boxes": {"note": ""},  # membox schema 2: what a record was made from when not the whole box
+         "llm_usage": {"cached_tokens": None}}  # schema 4: the doubles do not say what was cached
 ABOUT = ("The stores that the box memory builds from the test conversations with the deterministic doubles "
          "(tests/test_golden.py): per table the row count, the sha256 prefix of its rows as JSON with every float set "
          "to None, and the float columns' values (compared with a tolerance); the digest of every retrieval mode's "
