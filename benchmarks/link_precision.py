@@ -31,7 +31,7 @@ from pathlib import Path
 
 from membox_local.backends import make_backend
 from membox_local.backends.base import LabelRequest, Prompt
-from membox_local.config import load_config
+from membox_local.config import ConfigError, load_config, parse_assignment
 from membox_local.embed import CachedEmbedder, make_embedder
 from membox_local.execution.driver import Driver
 from membox_local.systems.membox_tables import BoxStore
@@ -118,6 +118,8 @@ def main() -> int:
     p.add_argument("--conversation", required=True)
     p.add_argument("--reference", default="cpu", help="config whose [weaver] settings are today's")
     p.add_argument("--config", default="cpu-ce", help="config whose [weaver] settings are measured")
+    p.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
+                   help="settings of --config's side, e.g. weaver.max_candidates=1")
     p.add_argument("--judge", default="", help="model that grades the links (default: --reference's answering model)")
     p.add_argument("--out", help="also write the report here (JSON)")
     a = p.parse_args()
@@ -125,8 +127,13 @@ def main() -> int:
     if not (src / "memory.db").exists():
         print(f"error: --store {a.store}: no memory.db there", file=sys.stderr)
         return 2
-    ref = load_config(a.reference)
-    cand = dataclasses.replace(ref, weaver=load_config(a.config).weaver)  # only the weaver differs
+    try:
+        ref = load_config(a.reference)
+        measured = load_config(a.config, dict(parse_assignment(x) for x in a.set) or None)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    cand = dataclasses.replace(ref, weaver=measured.weaver)  # only the weaver differs
     backend, embedder = make_backend(ref.llm), make_embedder(ref.embedder)
     sides = {}
     with tempfile.TemporaryDirectory(prefix="membox-links-") as tmp:
@@ -146,7 +153,8 @@ def main() -> int:
     both = sum(1 for link in sides["candidate"]["links"] if key[(link["event"], link["trace"])])
     report = {
         "date": date.today().isoformat(), "machine": platform.machine(), "store": a.store,
-        "conversation": a.conversation, "reference": a.reference, "config": a.config, "model": ref.llm.model,
+        "conversation": a.conversation, "reference": a.reference, "config": a.config, "set": a.set,
+        "model": ref.llm.model,
         "judge": judge_llm.model, "boxes": sides["reference"]["boxes"],
         "weaver": {"reference": dataclasses.asdict(ref.weaver), "candidate": dataclasses.asdict(cand.weaver)},
         "reference_side": side_report(sides["reference"]), "candidate_side": side_report(sides["candidate"]),

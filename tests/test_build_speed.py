@@ -1,7 +1,7 @@
-"""The build-speed scripts' own logic (benchmarks/build_speed.py, benchmarks/json_levers.py), on test doubles: the
-session prefix, the replayed requests (extraction, then a link request, alternating, each valid for its schema's
-bounds), the refusal of a used work folder, and the Markdown table. The levers themselves are tested on the real
-engine in tests/test_backend_contract.py."""
+"""The build-speed scripts' own logic (benchmarks/build_speed.py, json_levers.py, link_precision.py), on test
+doubles: the session prefix, the replayed requests (extraction, then a link request, alternating, each valid for its
+schema's bounds), the refusal of a used work folder, the Markdown table, the links woven again and graded. The levers
+themselves are tested on the real engine in tests/test_backend_contract.py."""
 from __future__ import annotations
 
 import importlib.util
@@ -94,3 +94,49 @@ def test_build_speed_reports_tokens_per_message_by_stage_and_the_load():
     assert "| 140 (80 read) | 0.4 |" in bs.markdown({"date": "2026-12-04", "machine": "m", "config": "cpu-ce",
                                                     "before": [], "rows": [row], "total": {
                                                         "messages": 10, "before_s": 25.0, "after_s": 5.0, "ratio": 5.0}})
+
+
+def test_link_precision_weaves_the_same_boxes_again_and_grades_every_link(tmp_path):
+    """benchmarks/link_precision.py on the doubles: the copy keeps the boxes and events and loses the traces; weaving
+    it again records each link with the trace as the link call saw it; the judge's verdicts give the precision."""
+    from membox_local.backends.base import LabelResult, Usage
+    from membox_local.config import load_config
+    from membox_local.memory import Memory
+    from membox_local.testing import FakeEmbedder
+
+    from test_batch import conversations, weaving_backend
+
+    lp = script("link_precision")
+    cfg = load_config("cpu")
+    cfg.weaver.vote_threshold = 0.2  # the double's events are short: let them vote
+    conv, msgs = next(iter(conversations().items()))
+    with Memory(tmp_path / "src", cfg, backend=weaving_backend(), embedder=FakeEmbedder()) as mem:
+        mem.add(msgs, seal=True)
+        boxes = len(mem.store.boxes(conv, status="extracted"))
+        events = sum(len(b.events) for b in mem.store.boxes(conv))
+        assert mem.store.traces_with_events(conv)
+    (tmp_path / "copy").mkdir()
+    store = lp.fresh_copy(tmp_path / "src", tmp_path / "copy")
+    try:
+        assert store.traces_with_events(conv) == [] and len(store.unwoven_boxes(conv)) == boxes
+        assert sum(len(b.events) for b in store.boxes(conv)) == events
+        side = lp.weave(store, cfg, conv, weaving_backend(), FakeEmbedder())
+    finally:
+        store.close()
+    assert side["boxes"] == boxes and side["failed"] == 0 and side["links"]
+    assert all(link["trace_events"] and len(link["trace_events"]) <= lp.SHOWN for link in side["links"])
+
+    class Judge:  # says yes to every other link
+        def __init__(self):
+            self.n = 0
+
+        def label(self, requests):
+            self.n += 1
+            return [LabelResult("yes" if self.n % 2 else "no", Usage(r.stage, 1, 1)) for r in requests]
+
+    lp.grade(side["links"], Judge())
+    rep = lp.side_report(side)
+    assert rep["links"] == len(side["links"]) and rep["judged_yes"] == (len(side["links"]) + 1) // 2
+    assert rep["precision"] == round(rep["judged_yes"] / rep["links"], 3)
+    assert len(rep["refused"]) == min(lp.SAMPLE, rep["links"] - rep["judged_yes"])
+    assert "read_tokens" not in rep["linking_per_box"]  # the double does not say what was cached
