@@ -118,6 +118,7 @@ EVENTWEAVE = "eventweave-recall.jsonl.gz"  # conv-26 and conv-30 on the eventwea
 BUDGETS = (250, 500, 1000, 2000)
 LME_RECALL = "longmemeval-retrieval-dev.json"  # the 98 LongMemEval dev questions (benchmarks/longmemeval_length.py run)
 LME_QA = "longmemeval-qa-dev37.json"
+LME_QA98 = "longmemeval-qa-dev98.json"  # box-hits and turn-rag on all 98
 SPEED_READ = "build-speed-read-conv30.json"  # benchmarks/build_speed.py, conv-30, cpu against cpu-ce, tokens read
 
 # README phrase -> result file -> key path, and the figures read from it.
@@ -180,6 +181,11 @@ README_FIGURES = [
     ("{} s and {} LLM prompt tokens read per message, against {} s and {} with the default's PMI judge", SPEED_READ,
      "rows[0]: after_s_per_msg, per_message.after.all.read_tokens, before_s_per_msg, per_message.before.all.read_tokens",
      lambda: speed_read()),
+    ("On all {} dev questions, box-hits and turn-rag only", LME_QA98, "questions",
+     lambda: [str(load(LME_QA98)["questions"])]),
+    ("judged right {}% with box-hits and {}% with turn-rag (deterministic {} / {})", LME_QA98, "modes.*.qa.judge, right",
+     lambda: [lme(LME_QA98, "box-hits", "qa", "judge"), lme(LME_QA98, "turn-rag", "qa", "judge"),
+              lme(LME_QA98, "box-hits", "qa", "right"), lme(LME_QA98, "turn-rag", "qa", "right")]),
     ("judged right {}% of {} questions with box-hits, {}% with turn-rag, {}% with full-context", LME_QA,
      "modes.*.qa.judge",
      lambda: [lme(LME_QA, "box-hits", "qa", "judge"), str(load(LME_QA)["questions"]),
