@@ -86,6 +86,7 @@ def main(argv=None) -> int:
                          "before_s_per_msg": round(sa / len(msgs), 3), "after_s_per_msg": round(sb / len(msgs), 3),
                          "load_1min": {"start": round(load_before, 2), "end": round(load_after, 2)},
                          "llm_usage": {"before": cost["A"]["llm_usage"], "after": cost["B"]["llm_usage"]},
+                         "build_time": {"before": cost["A"]["build_time"], "after": cost["B"]["build_time"]},
                          "per_message": {"before": per_message(cost["A"]["llm_usage"], len(msgs)),
                                          "after": per_message(cost["B"]["llm_usage"], len(msgs))}})
             print(json.dumps({k: rows[-1][k] for k in ("conversation", "messages", "before_s", "after_s", "ratio")}),

@@ -25,7 +25,6 @@ import platform
 import shutil
 import sys
 import tempfile
-from collections import Counter
 from datetime import date
 from pathlib import Path
 
@@ -95,8 +94,9 @@ def per_box(usage: dict, boxes: int) -> dict:
 
 
 def grade(links: list[dict], judge) -> None:
-    for link in links:
-        res = judge.label([LabelRequest(judge_prompt(link), ("yes", "no"), "link-judge")])[0]
+    """Each link's verdict ("yes"/"no"), from one batched label call."""
+    results = judge.label([LabelRequest(judge_prompt(link), ("yes", "no"), "link-judge") for link in links])
+    for link, res in zip(links, results):
         if isinstance(res, BaseException):
             raise res
         link["judge"] = res.label
@@ -149,8 +149,8 @@ def main() -> int:
     judge = make_backend(judge_llm)
     for side in sides.values():
         grade(side["links"], judge)
-    key = Counter((link["event"], link["trace"]) for link in sides["reference"]["links"])
-    both = sum(1 for link in sides["candidate"]["links"] if key[(link["event"], link["trace"])])
+    made = {(link["event"], link["trace"]) for link in sides["reference"]["links"]}
+    both = sum((link["event"], link["trace"]) in made for link in sides["candidate"]["links"])
     report = {
         "date": date.today().isoformat(), "machine": platform.machine(), "store": a.store,
         "conversation": a.conversation, "reference": a.reference, "config": a.config, "set": a.set,

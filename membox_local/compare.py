@@ -123,7 +123,7 @@ class Side:
 
     def cost(self) -> dict[str, Any]:
         return {"build_wall_s": round(self.build_s, 2), "answer_wall_s": round(self.answer_s, 2),
-                "llm_usage": self.mem.store.usage_by_stage()}
+                "llm_usage": self.mem.store.usage_by_stage(), "build_time": self.mem.store.build_time_by_stage()}
 
 
 def compare(cfg_a: Config, cfg_b: Config, messages: list[Message], workdir: Path,

@@ -131,8 +131,11 @@ def test_link_precision_weaves_the_same_boxes_again_and_grades_every_link(tmp_pa
             self.n = 0
 
         def label(self, requests):
-            self.n += 1
-            return [LabelResult("yes" if self.n % 2 else "no", Usage(r.stage, 1, 1)) for r in requests]
+            out = []
+            for r in requests:
+                self.n += 1
+                out.append(LabelResult("yes" if self.n % 2 else "no", Usage(r.stage, 1, 1)))
+            return out
 
     lp.grade(side["links"], Judge())
     rep = lp.side_report(side)

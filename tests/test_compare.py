@@ -34,6 +34,7 @@ def test_identical_configs_agree(tmp_path, cfg):
     assert row["extraction"]["keyword_jaccard"] == 1.0 and row["retrieval"]["shown_message_jaccard"] == 1.0
     assert row["qa_f1"]["A"] == row["qa_f1"]["B"]
     assert r["cost"]["A"]["llm_usage"]["extract"]["calls"] == row["boxes"]["A"]
+    assert r["cost"]["A"]["build_time"]["extract"]["calls"] == row["boxes"]["A"]  # seconds by stage kept too
     md = to_markdown(r)
     assert "| maya-tom | 1.000 | 0.000 |" in md and "| A |" in md and "| maya-tom | Who is Pepper? |" in md
     json.dumps(r)

@@ -346,7 +346,11 @@ def run(s: Settings, backend=None, embedder=None, judge=None, progress: bool = T
             finally:
                 mem.close()
     bar.close()
-    chosen = [done[(q.id, m)] for q in questions for m in s.modes if (q.id, m) in done]
+    return write_summary(out, [done[(q.id, m)] for q in questions for m in s.modes if (q.id, m) in done], s, cfg)
+
+
+def write_summary(out: Path, chosen: list[dict], s: Settings, cfg: Config) -> dict[str, Any]:
+    """Summarise the chosen records into `<out>/summary.json` and `summary.md`; returns the summary."""
     summary = summarise(chosen, s, cfg)
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
     (out / "summary.md").write_text(markdown(summary))
@@ -372,11 +376,7 @@ def rejudge(s: Settings, cfg: Config, questions: list[Question], judge=None, pro
     tmp = path.with_suffix(".jsonl.tmp")
     tmp.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records), encoding="utf-8")
     os.replace(tmp, path)
-    chosen = [r for r in records if r["qid"] in by_id and r["mode"] in s.modes]
-    summary = summarise(chosen, s, cfg)
-    (Path(s.out) / "summary.json").write_text(json.dumps(summary, indent=2))
-    (Path(s.out) / "summary.md").write_text(markdown(summary))
-    return summary
+    return write_summary(Path(s.out), [r for r in records if r["qid"] in by_id and r["mode"] in s.modes], s, cfg)
 
 
 def _read(path: Path) -> list[dict]:
