@@ -232,6 +232,10 @@ class RetrieveConfig:
 @dataclass
 class AnswerConfig:
     max_tokens: int = _opt(48, lo=1)
+    # the unmentioned-term guard (grounding.py): a question naming something no excerpt mentions ("Seattle", the
+    # "chili peppers" of "tomatoes and chili peppers") is answered "not mentioned" without the model. Off: a
+    # lexical rule, fitted on LongMemEval dev's 5 abstention questions (benchmarks/grounding_check.py).
+    check_terms: bool = False
     # the answering model: keys of [llm] that differ for answering (`[answer.llm]`, e.g. model = "..."); empty:
     # the build model answers. Not a build setting: another answering model never invalidates a built memory.
     llm: dict[str, Any] = _opt(dict, factory=True)
@@ -522,4 +526,5 @@ def load_config(name_or_path: str | Path = "cpu", overrides: dict[str, Any] | No
             if not isinstance(node, dict):
                 raise ConfigError(f"override {dotted}: {t} is not a table")
         node[key] = value
-    return config_from_dict(data, where=str(path))
+    given = ", ".join(f"{k}={v!r}" for k, v in (overrides or {}).items())
+    return config_from_dict(data, where=f"{path} (with --set {given})" if given else str(path))

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
 from .backends.base import Backend, TextRequest
+from .grounding import not_mentioned_reply, unmentioned
 from .index import VectorIndex
 from .ingest import InputError
 from .prompts import answer_prompt
@@ -18,6 +19,8 @@ class Answer:
     text: str
     context: Context
     question: str
+    # what the question names that no excerpt mentions, when `[answer] check_terms` answered for the model
+    unmentioned: tuple[str, ...] = ()
 
 
 def check_question(question: object, where: str) -> None:
@@ -104,7 +107,12 @@ class Reading:
     def answer_from(self, question: str, ctx: Context, conversation_id: str | None = None,
                     backend: Backend | None = None, today: str = "") -> Answer:
         """Answer from a context already retrieved (evaluations reuse one retriever across questions, and may
-        pass another answering backend); `today`: when the question is asked, said to the model."""
+        pass another answering backend); `today`: when the question is asked, said to the model. With `[answer]
+        check_terms` a question naming something the context never mentions is answered "not mentioned" here."""
+        if self.config.answer.check_terms:
+            missing = unmentioned(question, ctx.text)
+            if missing:
+                return Answer(not_mentioned_reply(missing, question), ctx, question, tuple(missing))
         res = (backend or self.answer_backend).text([TextRequest(answer_prompt(ctx.text, question, today), "answer",
                                                                  self.config.answer.max_tokens)])[0]
         if isinstance(res, BaseException):

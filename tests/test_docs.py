@@ -119,6 +119,7 @@ BUDGETS = (250, 500, 1000, 2000)
 LME_RECALL = "longmemeval-retrieval-dev.json"  # the 98 LongMemEval dev questions (benchmarks/longmemeval_length.py run)
 LME_QA = "longmemeval-qa-dev37.json"
 LME_QA98 = "longmemeval-qa-dev98.json"  # box-hits and turn-rag on all 98
+LME_GUARD = "longmemeval-qa-dev98-guard.json"  # the same with `--set answer.check_terms=true`
 SPEED_READ = "build-speed-read-conv30.json"  # benchmarks/build_speed.py, conv-30, cpu against cpu-ce, tokens read
 
 # README phrase -> result file -> key path, and the figures read from it.
@@ -296,7 +297,27 @@ BENCHMARKS_FIGURES = [
     ("| {} | {} | {} | {} | {} |", lambda: vllm_batching(16)),
     ("| {} | {} | {} | {} | {} |", lambda: vllm_batching(4)),
     ("| demo conversation | {} | {} / {} | {} / {} | {} |", lambda: vllm_compare()),
+    ("questions) {} / {}, abstention said {} of {}, false abstention {} / {} of {}", lambda: guard_qa()),
+    ("it takes over {} of {} answerable questions, {} F1 points of the saved {} answers", lambda: guard_locomo()),
 ]
+
+
+def guard_qa() -> list:
+    """The unmentioned-term guard on the 98 LongMemEval dev questions: judged right per mode, then counts."""
+    recs = records(LME_GUARD.replace(".json", ".jsonl.gz"))
+    said = {m: sum(r["abstained"] for r in recs if r["mode"] == m and r["abstention"]) for m in ("box-hits", "turn-rag")}
+    assert said["box-hits"] == said["turn-rag"]  # the text gives one count for both
+    false = [int(sum(r["abstained"] for r in recs if r["mode"] == m and not r["abstention"]))
+             for m in ("box-hits", "turn-rag")]
+    return [lme(LME_GUARD, "box-hits", "qa", "judge"), lme(LME_GUARD, "turn-rag", "qa", "judge"), int(said["box-hits"]),
+            sum(r["abstention"] for r in recs if r["mode"] == "box-hits"), *false,
+            sum(not r["abstention"] for r in recs if r["mode"] == "box-hits")]
+
+
+def guard_locomo() -> list:
+    g = load("grounding-check.json")
+    box, cost = g["summary"]["locomo-dev"]["box-hits"], g["locomo_qa_cost"]
+    return [box["fired_answerable"], box["answerable"], f"{cost['points_lost']:.2f}", cost["questions"]]
 
 
 def vllm_batching(n: int) -> list:

@@ -192,6 +192,29 @@ def test_rejudge_grades_the_saved_replies_again_without_answering(tmp_path, data
     assert err.startswith("error: --rejudge: ") and "holds no saved reply" in err and "\n" not in err
 
 
+def test_set_turns_the_guard_on_and_a_run_folder_refuses_other_settings(tmp_path, capsys):
+    rec = json.loads(json.dumps(RECORDS[0]))
+    rec.update(question_id="q9_abs", question="How many days did I spend in Lisbon and in Porto?")
+    path = tmp_path / "one.json"
+    path.write_text(json.dumps([rec, RECORDS[0]]))
+    s = lme.Settings(data=str(path), config="cpu-minilm", out=str(tmp_path / "o"), builds=str(tmp_path / "b"),
+                     modes=["turn-rag"], overrides={"answer.check_terms": True})
+    backend = FakeBackend()
+    summary = lme.run(s, backend=backend, embedder=FakeEmbedder(), judge=FakeBackend(), progress=False)
+    recs = {r["qid"]: r for r in map(json.loads, (tmp_path / "o" / "records.jsonl").read_text().splitlines())}
+    assert "Porto" in recs["q9_abs"]["reply"] and recs["q9_abs"]["abstained"] == 1.0  # Lisbon is in the history
+    assert [stage for stage, _ in backend.calls].count("answer") == 1  # only q1 went to the model
+    assert summary["overrides"] == {"answer.check_terms": True}
+    assert "answer.check_terms = true" in (tmp_path / "o" / "summary.md").read_text()
+    argv = ["eval", "longmemeval", "--data", str(path), "--out", str(tmp_path / "o"), "--config", "cpu-minilm",
+            "--builds", str(tmp_path / "b"), "--modes", "turn-rag"]
+    assert main(argv) == 2  # resumed without the guard: refused before anything is answered
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"error: {tmp_path / 'o'} holds a run with other settings") and "\n" not in err
+    assert main(argv[:-2] + ["--set", "answer.check_terms=maybe"]) == 2  # not a boolean: one line
+    assert "answer.check_terms" in capsys.readouterr().err
+
+
 def test_a_relative_time_in_the_question_is_resolved_against_its_date(tmp_path, data):
     rec = json.loads(json.dumps(RECORDS[0]))
     rec["question"] = "What breed was the dog I talked about two weeks ago?"
@@ -236,3 +259,21 @@ def test_one_question_on_the_real_cpu_stack(tmp_path, data):
         assert row["qa"]["n"] == 2 and row["retrieval"]["recall@2000"] is not None
     recs = [json.loads(x) for x in (tmp_path / "out" / "records.jsonl").read_text().splitlines()]
     assert all(r["reply"].strip() and r["judge"] in (0.0, 1.0) for r in recs)
+
+
+@pytest.mark.integration
+def test_the_guard_on_the_real_cpu_stack(tmp_path):
+    """The cross-encoder files the history, MiniLM retrieves, SmolLM2 answers what the guard lets through."""
+    cfg = tmp_path / "small.toml"
+    cfg.write_text('extends = "cpu-ce"\n[answer]\nllm = { backend = "llamacpp", model = "smollm2-135m" }\n')
+    rec = json.loads(json.dumps(RECORDS[0]))
+    rec.update(question_id="q9_abs", question="How long did I stay in Lisbon and in Porto?")
+    path = tmp_path / "two.json"
+    path.write_text(json.dumps([RECORDS[0], rec]))
+    s = lme.Settings(data=str(path), config=str(cfg), out=str(tmp_path / "out"), builds=str(tmp_path / "b"),
+                     modes=["box-hits"], overrides={"answer.check_terms": True})
+    summary = lme.run(s, progress=False)
+    recs = {r["qid"]: r for r in map(json.loads, (tmp_path / "out" / "records.jsonl").read_text().splitlines())}
+    assert recs["q9_abs"]["reply"].startswith("not mentioned") and "Porto" in recs["q9_abs"]["reply"]
+    assert recs["q1"]["reply"].strip() and "Porto" not in recs["q1"]["reply"]  # the model's own answer
+    assert summary["modes"]["box-hits"]["qa"]["abstention"]["abstained"] == 100.0

@@ -32,7 +32,7 @@ from typing import Any
 
 from ..argtypes import count
 from ..backends.base import LabelRequest, Prompt
-from ..config import Config, load_config
+from ..config import Config, load_config, parse_assignment
 from ..dates import resolve_relative
 from ..ingest import InputError
 from ..records import Message
@@ -285,6 +285,12 @@ class Settings:
     builds: str = "runs/builds-lme"
     boxes_only: bool = True  # box-hits needs boxes, not records; `--full-build` extracts records (compact)
     rejudge: bool = False  # grade the saved replies again (another judge, a changed rule); nothing built or answered
+    overrides: dict[str, Any] = field(default_factory=dict)  # config keys set for this run ("answer.check_terms")
+
+    def fixed(self) -> dict[str, Any]:
+        """What a resumed run must share with the records already written (the sample may grow or shrink)."""
+        return {"data": self.data, "config": self.config, "qa_budget": self.qa_budget, "judge_llm": self.judge_llm,
+                "overrides": self.overrides}
 
 
 def judge_backend(cfg: Config, spec: str, shared: Shared):
@@ -308,7 +314,7 @@ def run(s: Settings, backend=None, embedder=None, judge=None, progress: bool = T
     passed for tests (`backend` answers and builds, `judge` grades)."""
     from ..retrieval import RETRIEVERS, make_retriever
 
-    cfg = load_config(s.config)
+    cfg = load_config(s.config, s.overrides or None)
     bad = [m for m in s.modes if m not in RETRIEVERS]
     if bad:
         raise InputError(f"--modes {' '.join(bad)}: not a retrieval mode; choose from {', '.join(RETRIEVERS)}")
@@ -317,6 +323,8 @@ def run(s: Settings, backend=None, embedder=None, judge=None, progress: bool = T
         return rejudge(s, cfg, questions, judge, progress)
     out = Path(s.out)
     out.mkdir(parents=True, exist_ok=True)
+    _check_settings(out, s)
+    _write_settings(out, s)
     path = out / "records.jsonl"
     done = {(r["qid"], r["mode"]): r for r in _read(path)}
     shared = Shared(cfg, backend, embedder)
@@ -367,6 +375,7 @@ def rejudge(s: Settings, cfg: Config, questions: list[Question], judge=None, pro
     todo = [r for r in records if r["qid"] in by_id and r["mode"] in s.modes and "reply" in r]
     if not todo:
         raise InputError(f"--rejudge: {path} holds no saved reply of the chosen questions and modes")
+    _check_settings(Path(s.out), s, regrade=True)
     grader = judge if judge is not None else judge_backend(cfg, s.judge_llm, Shared(cfg))
     bar = _bar(len(todo), progress)
     for r in todo:
@@ -376,7 +385,29 @@ def rejudge(s: Settings, cfg: Config, questions: list[Question], judge=None, pro
     tmp = path.with_suffix(".jsonl.tmp")
     tmp.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records), encoding="utf-8")
     os.replace(tmp, path)
+    _write_settings(Path(s.out), s)  # the judge the records now carry
     return write_summary(Path(s.out), [r for r in records if r["qid"] in by_id and r["mode"] in s.modes], s, cfg)
+
+
+def _check_settings(out: Path, s: Settings, regrade: bool = False) -> None:
+    """A run folder holds records of one setting: resuming with another is refused (a folder of an older version,
+    records without settings.json, takes the settings of its first resumed run). `regrade`: --rejudge may change
+    the judge (it grades every chosen record again), nothing else."""
+    path = out / "settings.json"
+    if path.exists():
+        before, now = json.loads(path.read_text(encoding="utf-8")), s.fixed()
+        if regrade:
+            before = {**before, "judge_llm": now["judge_llm"]}
+        if before != now:
+            raise InputError(f"{out} holds a run with other settings {before} than these {now}; pass a new "
+                             "--out or the same settings to resume")
+
+
+def _write_settings(out: Path, s: Settings) -> None:
+    path = out / "settings.json"
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(s.fixed(), indent=2), encoding="utf-8")
+    os.replace(tmp, path)
 
 
 def _read(path: Path) -> list[dict]:
@@ -429,13 +460,14 @@ def summarise(recs: list[dict], s: Settings, cfg: Config) -> dict[str, Any]:
         modes[mode] = row
     return {"data": s.data, "config": cfg.name, "embedder": cfg.embedder.model, "answer_llm": cfg.answer_llm().model,
             "judge_llm": s.judge_llm or cfg.answer_llm().model, "qa_budget": s.qa_budget, "types": s.types or "all",
-            "questions": len({r["qid"] for r in recs}), "modes": modes}
+            "overrides": s.overrides, "questions": len({r["qid"] for r in recs}), "modes": modes}
 
 
 def markdown(summary: dict) -> str:
     modes = summary["modes"]
     lines = [f"# LongMemEval: config {summary['config']} ({summary['questions']} questions; embedder "
-             f"{summary['embedder']}; answers {summary['answer_llm']}, judged by {summary['judge_llm']})", "",
+             f"{summary['embedder']}; answers {summary['answer_llm']}, judged by {summary['judge_llm']}"
+             + "".join(f"; {k} = {json.dumps(v)}" for k, v in summary.get("overrides", {}).items()) + ")", "",
              "## Retrieval (%, answerable questions)", "",
              "| mode | session any@5 | any@10 | all@10 | NDCG@10 | turn any@5 | any@10 | all@10 | NDCG@10 | "
              "turns at 500 | 1000 | 2000 |", "|" + "---|" * 12]
@@ -466,7 +498,8 @@ def cmd_longmemeval(args) -> int:
     s = Settings(data=args.data, config=args.config, types=args.types or [], questions=args.questions or [],
                  modes=args.modes or list(DEFAULT_MODES), limit=args.limit, stride=args.stride, qa=not args.no_qa,
                  qa_budget=args.qa_budget, judge_llm=args.judge_llm or "", out=args.out, builds=args.builds,
-                 boxes_only=not args.full_build, rejudge=args.rejudge)
+                 boxes_only=not args.full_build, rejudge=args.rejudge,
+                 overrides=dict(parse_assignment(a) for a in args.set))
     summary = run(s, progress=not args.quiet)
     print(markdown(summary))
     print(f"saved: {Path(s.out) / 'summary.json'}, {Path(s.out) / 'records.jsonl'}", file=sys.stderr)
@@ -494,5 +527,7 @@ def add_parser(subparsers) -> None:
                                                              "per box)")
     p.add_argument("--out", default="runs/longmemeval", help="run folder: records.jsonl, summary.json, summary.md")
     p.add_argument("--builds", default="runs/builds-lme", help="where each history's memory is kept")
+    p.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
+                   help="config keys for this run, e.g. answer.check_terms=true (the unmentioned-term guard)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_longmemeval)
