@@ -141,6 +141,41 @@ def resolve_relative(text: str, session_date: str) -> str:
     return _PHRASES.sub(lambda m: f"{m.group(0)} ({resolve_phrase(m, base)})", text)
 
 
+# ---- how long before the day a question is asked (LongMemEval: "how many days ago...") -------------
+_DATE_LINE = re.compile(r"^\[(?P<date>[^\]]+)\]", re.MULTILINE)
+
+
+def ago(day: date, today: date) -> str | None:
+    """How long before `today` a day was, in the words an answer uses: "today", "1 day ago", "20 days (about 3
+    weeks) ago", "110 days (about 4 months) ago"; None for a day after `today`."""
+    n = (today - day).days
+    if n < 0:
+        return None
+    if n == 0:
+        return "today"
+    if n < 14:
+        return f"{n} day{'s' if n > 1 else ''} ago"
+    if n < 60:
+        return f"{n} days (about {round(n / 7)} weeks) ago"
+    return f"{n} days (about {round(n / 30.44)} months) ago"
+
+
+def with_distance(context: str, today: str) -> str:
+    """`context` with each date line ("[14:35 on 20 January, 2023]", a line starting with a bracketed date)
+    followed by how long before `today` it was ("[14:35 on 20 January, 2023; 55 days (about 8 weeks) ago]"), so
+    that a small answering model reads the count instead of working it out. Unparsable dates stay as they are."""
+    now = parse_session_date(today)
+    if now is None:
+        return context
+
+    def mark(m: re.Match) -> str:
+        day = parse_session_date(m.group("date"))
+        said = ago(day, now) if day else None
+        return f"[{m.group('date')}; {said}]" if said else m.group(0)
+
+    return _DATE_LINE.sub(mark, context)
+
+
 # ---- an event's time expression (systems/eventweave.py) ------------------------------------------
 _LEAD = re.compile(r"^(?:back in|in|on|at|during|around|about|by|from|since|until|till|for)\s+", re.IGNORECASE)
 _ORDINAL_DAY = re.compile(r"^(?:the\s+)?(\d{1,2})(?:st|nd|rd|th)$", re.IGNORECASE)  # "the 7th": dateparser reads July

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
 from .backends.base import Backend, TextRequest
+from .dates import parse_session_date, resolve_relative
 from .grounding import not_mentioned_reply, unmentioned
 from .index import VectorIndex
 from .ingest import InputError
@@ -101,8 +102,15 @@ class Reading:
         budget_tokens = rc.budget_tokens if budget_tokens is None else budget_tokens
         return retriever.retrieve(question, self._default_conversation(conversation_id, "retrieve"), k, budget_tokens)
 
-    def answer(self, question: str, conversation_id: str | None = None, **kw) -> Answer:
-        return self.answer_from(question, self.context(question, conversation_id, **kw), conversation_id)
+    def answer(self, question: str, conversation_id: str | None = None, today: str = "", **kw) -> Answer:
+        """The answering model over the question's context (`kw`: mode, k, budget_tokens). `today`: when the
+        question is asked ("14:24 on 16 March, 2023", "2023-03-16"): the model is told the date, each excerpt's
+        date line says how long before it was, and "two weeks ago" in the question is resolved against it."""
+        if today and parse_session_date(today) is None:
+            raise InputError(f"today: not a date: {today!r} (e.g. '2023-03-16' or '14:24 on 16 March, 2023')")
+        ctx = self.context(question, conversation_id, **kw)
+        asked = resolve_relative(question, today) if today and self.config.retrieve.resolve_dates else question
+        return self.answer_from(asked, ctx, conversation_id, today=today)
 
     def answer_from(self, question: str, ctx: Context, conversation_id: str | None = None,
                     backend: Backend | None = None, today: str = "") -> Answer:

@@ -6,10 +6,12 @@ max_tokens.
 """
 from __future__ import annotations
 
+import re
 from typing import Any, Sequence
 
 from .backends.base import Prompt
 from .config import ExtractConfig
+from .dates import with_distance
 from .records import Message
 
 # ---- Topic Loom: continuity ---------------------------------------------------------------------
@@ -241,14 +243,43 @@ ANSWER_SYSTEM = (
 
 # with the moment a question is asked (an assistant's memory of a user: LongMemEval): today's date, and which of two
 # excerpts that disagree holds
-ANSWER_TODAY = (" Today is {today}: work out 'how many days ago' and the like from it. When two excerpts disagree "
-                "(a value that changed), the more recent one holds.")
+ANSWER_TODAY = (" Today is {today}; each excerpt's date line also says how long ago it was: use that for 'how many "
+                "days ago' and the like. When two excerpts disagree (a value that changed), the more recent one holds.")
+
+
+# A request for a suggestion ("Can you suggest...", "Any recommendations?", "Do you think it would be a good idea...")
+# is not a question about the past: "not mentioned" fails it; what the memory tells of the person should shape the
+# answer (LongMemEval's preference questions). Recognised by wording, and not when it asks what was said before
+# ("you suggested", "our previous chat"): the rule was written on LongMemEval's dev questions, where it picks the 6
+# preference questions and nothing else (and none of LoCoMo's 1,157 dev questions).
+_ADVICE = re.compile(r"\b(can you (suggest|recommend)|any (\w+ )?(recommendations|suggestions|ideas|tips)|"
+                     r"do you think (it|i|that)|should i|what should i)\b", re.IGNORECASE)
+_RECALL = re.compile(r"\b(previous|earlier|last time|you (told|said|suggested|mentioned|recommended)|remind me)\b",
+                     re.IGNORECASE)
+ADVICE_SYSTEM = (
+    "You help a person with a request, using what the memory excerpts tell about them: their tastes, habits, plans "
+    "and situation. Give one or two short, concrete suggestions that fit those details, each naming the detail it "
+    "builds on. If the excerpts tell nothing that fits, give a sensible general suggestion."
+)
+
+
+def asks_for_advice(question: str) -> bool:
+    """A request for a suggestion or an opinion, not a question about what was said (see _ADVICE)."""
+    return bool(_ADVICE.search(question)) and not _RECALL.search(question)
 
 
 def answer_prompt(context: str, question: str, today: str = "") -> Prompt:
-    """`today`: when the question is asked ("" for a question asked after the conversation, as LoCoMo's)."""
-    system = ANSWER_SYSTEM + (ANSWER_TODAY.format(today=today) if today else "")
-    return Prompt(system, f"Memory:\n{context}\n\nQuestion: {question}\nShort answer:")
+    """`today`: when the question is asked ("" for a question asked after the conversation, as LoCoMo's); each
+    date line of the context then says how long before today it was (dates.with_distance). A request for advice
+    gets ADVICE_SYSTEM instead of the short-answer instructions."""
+    if asks_for_advice(question):
+        when = f" Today is {today}." if today else ""
+        shown = with_distance(context, today) if today else context
+        return Prompt(ADVICE_SYSTEM + when, f"Memory:\n{shown}\n\nRequest: {question}\nSuggestion:")
+    if not today:
+        return Prompt(ANSWER_SYSTEM, f"Memory:\n{context}\n\nQuestion: {question}\nShort answer:")
+    return Prompt(ANSWER_SYSTEM + ANSWER_TODAY.format(today=today),
+                  f"Memory:\n{with_distance(context, today)}\n\nQuestion: {question}\nShort answer:")
 
 
 # The next turn of a conversation (EventWeave's own task; evaluation/next_turn.py), with or without memory of the

@@ -6,6 +6,7 @@ import json
 import pytest
 
 from membox_local.config import ConfigError, load_config, parse_assignment
+from membox_local.ingest import InputError
 from membox_local.dates import parse_session_date, resolve_relative
 from membox_local.loom import event_grounding, speaker_grounding
 from membox_local.memory import Memory
@@ -120,6 +121,20 @@ def test_another_answering_model_answers_and_never_invalidates_the_build(tmp_pat
         assert "(7 May 2023)" in got.context.text  # shown messages carry resolved dates
         assert mem.store.usage_by_stage()["answer"]["calls"] == 1
     assert len(build.calls) == n_build
+
+
+def test_a_question_asked_on_a_day_is_told_the_day_and_how_long_ago_each_excerpt_was(tmp_path):
+    cfg = load_config("cpu", {"loom.judge": "embedding", "weaver.enabled": False})
+    answer = FakeBackend()
+    with _memory(tmp_path / "m", cfg, FakeBackend(), answer) as mem:
+        mem.add(MESSAGES, seal=True)
+        mem.answer("What did Ann adopt two weeks ago?", today="2023-05-22")
+        user = answer.calls[-1][1]
+        assert "8 May, 2023; 14 days (about 2 weeks) ago]" in user and "two weeks ago (about 8 May 2023)" in user
+        mem.answer("What is the kitten called?")
+        assert "ago]" not in answer.calls[-1][1]  # no day given: the dates as they are
+        with pytest.raises(InputError, match="today: not a date: 'someday'"):
+            mem.answer("What is the kitten called?", today="someday")
 
 
 def test_same_answering_model_reuses_the_build_backend(tmp_path):

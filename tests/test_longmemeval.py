@@ -234,6 +234,48 @@ def test_the_answering_prompt_says_today_only_when_asked_at_a_date():
     assert answer_prompt("ctx", "q?").system == ANSWER_SYSTEM  # LoCoMo's prompt unchanged
     dated = answer_prompt("ctx", "q?", today="10:00 on 1 June, 2023").system
     assert "Today is 10:00 on 1 June, 2023" in dated and "the more recent one holds" in dated
+    ctx = "[09:30 on 10 May, 2023]\nuser: I ran a half marathon."
+    assert answer_prompt(ctx, "q?").user.startswith(f"Memory:\n{ctx}\n")  # no date asked at: the context as it is
+    assert "[09:30 on 10 May, 2023; 22 days (about 3 weeks) ago]\nuser: I ran" in \
+        answer_prompt(ctx, "q?", today="10:00 on 1 June, 2023").user
+
+
+@pytest.mark.parametrize("question, advice", [
+    ("Can you suggest some activities I can do during my commute?", True),
+    ("I've got some free time tonight, any documentary recommendations?", True),
+    ("Do you think it would be a good idea to attend my reunion?", True),
+    ("In our previous chat, you suggested a few options. Can you remind me of the fourth?", False),  # recall
+    ("What did I buy for my sister's birthday?", False),
+    ("Which restaurant did you recommend for dinner?", False),
+])
+def test_a_request_for_advice_gets_its_own_instructions(question, advice):
+    from membox_local.prompts import ADVICE_SYSTEM, answer_prompt, asks_for_advice
+
+    assert asks_for_advice(question) is advice
+    prompt = answer_prompt("[1 May, 2023]\nuser: I love documentaries about the sea.", question, "1 June, 2023")
+    assert prompt.system.startswith(ADVICE_SYSTEM) is advice
+    assert "31 days (about 4 weeks) ago]" in prompt.user  # the date lines are marked either way
+
+
+@pytest.mark.parametrize("day, said", [
+    ("1 June, 2023", "today"), ("31 May, 2023", "1 day ago"), ("19 May, 2023", "13 days ago"),
+    ("18 May, 2023", "14 days (about 2 weeks) ago"), ("3 April, 2023", "59 days (about 8 weeks) ago"),
+    ("2 April, 2023", "60 days (about 2 months) ago"), ("1 June, 2022", "365 days (about 12 months) ago"),
+    ("2 June, 2023", None),  # after the question's day: nothing said
+])
+def test_how_long_ago_a_date_line_was(day, said):
+    from membox_local.dates import ago, parse_session_date
+
+    assert ago(parse_session_date(day), parse_session_date("10:00 on 1 June, 2023")) == said
+
+
+def test_only_date_lines_are_marked():
+    from membox_local.dates import with_distance
+
+    ctx = "[1 May, 2023]\nuser: [2 May, 2023] was a Tuesday\n\n[session 3]\nassistant: ok"
+    assert with_distance(ctx, "1 June, 2023") == ("[1 May, 2023; 31 days (about 4 weeks) ago]\nuser: [2 May, 2023] "
+                                                 "was a Tuesday\n\n[session 3]\nassistant: ok")
+    assert with_distance(ctx, "not a date") == ctx
 
 
 def test_the_command_refuses_a_bad_file_in_one_line(tmp_path, capsys):
