@@ -10,7 +10,7 @@ from .dates import parse_session_date, resolve_relative
 from .grounding import not_mentioned_reply, unmentioned
 from .index import VectorIndex
 from .ingest import InputError
-from .prompts import answer_prompt
+from .prompts import answer_prompt, asks_for_advice
 from .records import Box
 from .retrieval import RETRIEVERS, Context, make_retriever
 from .systems import SYSTEMS
@@ -117,7 +117,7 @@ class Reading:
         """Answer from a context already retrieved (evaluations reuse one retriever across questions, and may
         pass another answering backend); `today`: when the question is asked, said to the model. With `[answer]
         check_terms` a question naming something the context never mentions is answered "not mentioned" here."""
-        if self.config.answer.check_terms:
+        if self.config.answer.check_terms and not asks_for_advice(question):  # a request may name what is new
             missing = unmentioned(question, ctx.text)
             if missing:
                 return Answer(not_mentioned_reply(missing, question), ctx, question, tuple(missing))

@@ -60,6 +60,7 @@ MESSAGES = [{"conversation_id": "c", "message_id": f"m{i}", "speaker": sp, "text
     (True, "How many days did I spend in Hawaii and in Seattle?", False),  # Seattle unmentioned: no model call
     (True, "How many days did I spend in Hawaii?", True),  # everything mentioned: the model answers
     (False, "How many days did I spend in Hawaii and in Seattle?", True),  # off (the default): the model answers
+    (True, "Can you suggest some things to do in Seattle?", True),  # a request may name something new
 ])
 def test_the_guard_answers_for_the_model_only_when_on_and_a_term_is_missing(tmp_path, check, question, asked):
     cfg = load_config("cpu", {"loom.judge": "embedding", "weaver.enabled": False, "answer.check_terms": check})
