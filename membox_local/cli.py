@@ -253,7 +253,8 @@ def _ask(mem, args) -> None:
                          f"{', '.join(mem.config.memory.systems)}); its modes: {', '.join(mem.modes())}")
     _require_conversation(mem.store, args.conversation)
     for q in args.question:
-        ans = mem.answer(q, args.conversation, mode=args.mode, k=args.k, budget_tokens=args.budget)
+        ans = mem.answer(q, args.conversation, today=args.today or "", mode=args.mode, k=args.k,
+                         budget_tokens=args.budget)
         if args.json:
             print(json.dumps({"question": q, "answer": ans.text, "boxes": ans.context.box_ids,
                               "context_tokens": ans.context.tokens}))
@@ -447,6 +448,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"retrieval mode: {', '.join(sorted(RETRIEVERS))} (default: the config's [retrieve] mode)")
     a.add_argument("-k", type=count(1), help="boxes, messages or events retrieved at most (default: the config's)")
     a.add_argument("--budget", type=count(1), help="context token budget (default: the config's)")
+    a.add_argument("--today", metavar="DATE", help="when the questions are asked (e.g. 2024-06-20): said to the "
+                   "model, each excerpt's date then says how long before it was")
     a.add_argument("--json", action="store_true", help="one JSON object per question (answer, boxes, tokens)")
     a.add_argument("-v", "--verbose", action="store_true", help="print the context too")
     a.set_defaults(func=cmd_ask)

@@ -153,7 +153,7 @@ def test_an_eventweave_only_memory_counts_its_own_work(tmp_path, doubles, capsys
 
 
 # ---- a memory remembers its config ----------------------------------------------------------------------------
-def test_a_memory_remembers_the_config_it_was_built_with(tmp_path, doubles, capsys):
+def test_a_memory_remembers_the_config_it_was_built_with(tmp_path, doubles, capsys, monkeypatch):
     path = config(tmp_path, FAST + "window = 3\n")  # a build setting other than cpu's
     store = tmp_path / "store"
     assert main(["build", str(DEMO), "--store", str(store), "--config", str(path), "--quiet"]) == 0
@@ -165,6 +165,15 @@ def test_a_memory_remembers_the_config_it_was_built_with(tmp_path, doubles, caps
 
     assert main(["ask", str(store), "What is the name of Tom's cat?"]) == 0  # no --config
     assert "A: " in capsys.readouterr().out
+    made = []
+    monkeypatch.setattr(backends, "make_backend", lambda llm: made.append(FakeBackend()) or made[-1])
+    assert main(["ask", str(store), "What is the name of Tom's cat?", "--today", "2024-06-20"]) == 0
+    asked = [user for b in made for stage, user in b.calls if stage == "answer"]
+    assert len(asked) == 1 and " days (about 4 months) ago]" in asked[0]  # the date lines say how long before
+    capsys.readouterr()
+    assert main(["ask", str(store), "Who?", "--today", "someday"]) == 2
+    [line] = error_lines(capsys.readouterr().err)
+    assert "today: not a date: 'someday'" in line
     assert main(["build", str(DEMO), "--store", str(store)]) == 0  # continued with it, not with cpu
     capsys.readouterr()
     for command in (["show", str(store)], ["export", str(store)], ["view", str(store), "-o", str(tmp_path / "v.html")]):
