@@ -367,7 +367,7 @@ def cmd_demo(args) -> int:
 
     store = Path(args.store)
     build = argparse.Namespace(store=str(store), keep_open=False, batch_size=8, jobs=1, json=False, quiet=False)
-    ask = argparse.Namespace(question=DEMO_QUESTIONS, conversation=None, mode=None, k=None, budget=None,
+    ask = argparse.Namespace(question=DEMO_QUESTIONS, conversation=None, mode=None, k=None, budget=None, today=None,
                              json=False, verbose=False)
     messages = load_messages(DEMO_DATA)
     with Memory(store, args.config) as mem:
