@@ -8,7 +8,7 @@ No language model runs: the builds' boxes (the cross-encoder judge) and MiniLM r
 A guard firing on an abstention question is an abstention said; on an answerable one, a false abstention (unless
 the model would have been wrong anyway: the QA run with `--set answer.check_terms=true` says which). Saved per
 question: its id (LoCoMo: conversation:index into its qa list) and the terms found nowhere in each mode's context;
-no text of either dataset.
+no text of either dataset. Also counted: the questions the advice wording rule (prompts.asks_for_advice) picks.
 """
 from __future__ import annotations
 
@@ -19,10 +19,11 @@ from datetime import date
 from pathlib import Path
 
 from membox_local.config import load_config
-from membox_local.dates import resolve_relative
 from membox_local.evaluation import longmemeval as lme
-from membox_local.evaluation.locomo import DEFAULT_DATA as LOCOMO, FILL_K, Shared, load_samples, open_build
+from membox_local.evaluation.locomo import (DEFAULT_CATEGORIES, DEFAULT_DATA as LOCOMO, FILL_K, Shared, load_samples,
+                                           open_build)
 from membox_local.grounding import unmentioned
+from membox_local.prompts import asks_for_advice
 from membox_local.ingest import load_locomo
 from membox_local.retrieval import make_retriever
 
@@ -41,10 +42,9 @@ def longmemeval_rows(cfg, builds: str, modes: list[str], budget: int) -> list[di
     shared, rows = Shared(cfg), []
     for rec in lme.read_file(lme.DEFAULT_DATA):
         q = lme.to_question(rec)
-        asked = resolve_relative(q.question, q.date) if cfg.retrieve.resolve_dates else q.question
         mem = open_build(q.id, q.messages, cfg, builds, shared, build=False, boxes_only=True, progress=False)
         try:
-            miss = {m: unmentioned(asked, make_retriever(m, mem).retrieve(q.question, q.id, FILL_K, budget).text)
+            miss = {m: unmentioned(lme.asked(q, cfg), make_retriever(m, mem).retrieve(q.question, q.id, FILL_K, budget).text)
                     for m in modes}
         finally:
             mem.close()
@@ -61,7 +61,7 @@ def locomo_rows(cfg, data: str, builds: str, modes: list[str], budget: int) -> l
         try:
             retrievers = {m: make_retriever(m, mem) for m in modes}
             for i, q in enumerate(sample["qa"]):
-                if str(q.get("category")) not in ("1", "2", "3", "4"):
+                if q.get("category") not in DEFAULT_CATEGORIES:
                     continue
                 miss = {m: unmentioned(q["question"], r.retrieve(q["question"], conv, FILL_K, budget).text)
                         for m, r in retrievers.items()}
@@ -70,6 +70,18 @@ def locomo_rows(cfg, data: str, builds: str, modes: list[str], budget: int) -> l
         finally:
             mem.close()
     return rows
+
+
+def advice_rule(locomo: str) -> dict:
+    """Which questions the advice wording rule (prompts.asks_for_advice) sends to the suggestion instructions:
+    LongMemEval dev's by question type, LoCoMo dev's (every category) as a count."""
+    picked: dict[str, int] = {}
+    for rec in lme.read_file(lme.DEFAULT_DATA):
+        if asks_for_advice(rec["question"]):
+            picked[rec["question_type"]] = picked.get(rec["question_type"], 0) + 1
+    asked = [q["question"] for sample in load_samples(locomo, []) for q in sample["qa"]]
+    return {"longmemeval-dev": picked, "locomo-dev": {"questions": len(asked),
+                                                      "picked": sum(map(asks_for_advice, asked))}}
 
 
 def locomo_cost(rows: list[dict], answers: Path, model: str = "qwen2.5-coder-1.5b") -> dict:
@@ -103,9 +115,11 @@ def main(argv: list[str] | None = None) -> int:
     result = {"date": date.today().isoformat(), "config": cfg.name, "budget": a.budget, "modes": a.modes,
               "summary": {name: {m: check(rows, m) for m in a.modes} for name, rows in data.items()},
               "locomo_qa_cost": locomo_cost(data["locomo-dev"], RESULTS / "answer-models.jsonl.gz"),
+              "advice_rule": advice_rule(a.locomo),
               "fired": {name: [r for r in rows if any(r["unmentioned"].values())] for name, rows in data.items()}}
     Path(a.out).write_text(json.dumps(result, indent=1, ensure_ascii=False) + "\n")
-    json.dump({**result["summary"], "locomo_qa_cost": result["locomo_qa_cost"]}, sys.stdout, indent=1)
+    json.dump({**result["summary"], "locomo_qa_cost": result["locomo_qa_cost"], "advice_rule": result["advice_rule"]},
+              sys.stdout, indent=1)
     print(f"\nsaved: {a.out}", file=sys.stderr)
     return 0
 

@@ -272,14 +272,12 @@ def answer_prompt(context: str, question: str, today: str = "") -> Prompt:
     """`today`: when the question is asked ("" for a question asked after the conversation, as LoCoMo's); each
     date line of the context then says how long before today it was (dates.with_distance). A request for advice
     gets ADVICE_SYSTEM instead of the short-answer instructions."""
+    shown = with_distance(context, today) if today else context
     if asks_for_advice(question):
-        when = f" Today is {today}." if today else ""
-        shown = with_distance(context, today) if today else context
-        return Prompt(ADVICE_SYSTEM + when, f"Memory:\n{shown}\n\nRequest: {question}\nSuggestion:")
-    if not today:
-        return Prompt(ANSWER_SYSTEM, f"Memory:\n{context}\n\nQuestion: {question}\nShort answer:")
-    return Prompt(ANSWER_SYSTEM + ANSWER_TODAY.format(today=today),
-                  f"Memory:\n{with_distance(context, today)}\n\nQuestion: {question}\nShort answer:")
+        return Prompt(ADVICE_SYSTEM + (f" Today is {today}." if today else ""),
+                      f"Memory:\n{shown}\n\nRequest: {question}\nSuggestion:")
+    return Prompt(ANSWER_SYSTEM + (ANSWER_TODAY.format(today=today) if today else ""),
+                  f"Memory:\n{shown}\n\nQuestion: {question}\nShort answer:")
 
 
 # The next turn of a conversation (EventWeave's own task; evaluation/next_turn.py), with or without memory of the

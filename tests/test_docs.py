@@ -201,6 +201,11 @@ README_FIGURES = [
      LME_GUARD, "modes.*.qa.judge; box-hits' false abstentions",
      lambda: [lme(LME_GUARD, "box-hits", "qa", "judge"), lme(LME_GUARD, "turn-rag", "qa", "judge"),
               lme_qa_row(LME_GUARD, "box-hits")[4]]),
+    ("picks exactly the {} preference questions of the 98 and none of LoCoMo's {:,} dev questions", "grounding-check.json",
+     "advice_rule", lambda: advice_rule()),
+    ("Full-context (the newest 1000 tokens of a ~115k-token history) says \"not mentioned\" to {} of the {}", LME_QA98,
+     "full-context records: abstained on answerable questions", lambda: lme_qa_row(LME_QA98, "full-context")[4:5]
+     + [sum(not r["abstention"] for r in records(LME_QA98.replace(".json", ".jsonl.gz")) if r["mode"] == "box-hits")]),
     ("of the saved {} answers of the LoCoMo QA table, it takes over {}, whose F1 summed {}: {} F1", "grounding-check.json",
      "locomo_qa_cost", lambda: [(c := load("grounding-check.json")["locomo_qa_cost"])["questions"], c["fired"],
                                 c["their_locomo_f1_sum"], c["points_lost"]]),
@@ -329,6 +334,13 @@ def lme_qa_row(name: str, mode: str) -> list:
     false = int(sum(r["abstained"] for r in recs if not r["abstention"]))
     return [lme(name, mode, "qa", "judge"), lme(name, mode, "qa", "right"),
             f"{qa['by_type']['temporal-reasoning']['judge']:.1f}", said, false, f"{qa['judge_agreement']:.1f}"]
+
+
+def advice_rule() -> list:
+    """The advice wording rule picks only LongMemEval's preference questions and no LoCoMo question."""
+    rule = load("grounding-check.json")["advice_rule"]
+    assert list(rule["longmemeval-dev"]) == ["single-session-preference"] and rule["locomo-dev"]["picked"] == 0
+    return [rule["longmemeval-dev"]["single-session-preference"], rule["locomo-dev"]["questions"]]
 
 
 def guard_locomo() -> list:

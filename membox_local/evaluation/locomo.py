@@ -328,14 +328,25 @@ def _read_records(path: Path) -> dict[tuple, dict]:
     return records
 
 
-def _check_settings(out: Path, settings: Settings) -> None:
+def check_run_settings(out: Path, fixed: dict[str, Any], free: tuple[str, ...] = ()) -> None:
+    """A run folder (`eval locomo`, `eval longmemeval`) holds records of one setting: resuming it with other
+    settings is refused in one line. `free`: keys of `fixed` allowed to change (a regrade's judge)."""
     path = out / "settings.json"
     if path.exists():
-        before = json.loads(path.read_text())
-        if before.get("fixed") != settings.fixed():
-            raise InputError(f"{out} holds a run with other settings {before.get('fixed')} than these "
-                             f"{settings.fixed()}; pass a new --out or the same settings to resume")
-    path.write_text(json.dumps({"fixed": settings.fixed(), "last": asdict(settings)}, indent=2))
+        before = json.loads(path.read_text()).get("fixed")
+        if before is not None:
+            before = {**before, **{k: fixed[k] for k in free}}
+        if before != fixed:
+            raise InputError(f"{out} holds a run with other settings {before} than these {fixed}; pass a new --out "
+                             "or the same settings to resume")
+
+
+def write_run_settings(out: Path, fixed: dict[str, Any], last: dict[str, Any]) -> None:
+    """settings.json of a run folder: what a resume must share (`fixed`) and every setting of the last run."""
+    path = out / "settings.json"
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps({"fixed": fixed, "last": last}, indent=2))
+    os.replace(tmp, path)
 
 
 def resolve(settings: Settings, cfg: Config) -> Settings:
@@ -391,7 +402,8 @@ def run(settings: Settings, backend=None, embedder=None, progress: bool = True,
     s = resolve(settings, cfg)
     out = Path(s.out)
     out.mkdir(parents=True, exist_ok=True)
-    _check_settings(out, s)
+    check_run_settings(out, s.fixed())
+    write_run_settings(out, s.fixed(), asdict(s))
     samples = load_samples(s.data, s.conversations)
     s.conversations = [x["sample_id"] for x in samples]
     jsonl = out / "questions.jsonl"

@@ -36,7 +36,7 @@ from ..config import Config, load_config, parse_assignment
 from ..dates import resolve_relative
 from ..ingest import InputError
 from ..records import Message
-from .locomo import FILL_K, UNBOUNDED, Shared, evidence_recall, open_build
+from .locomo import FILL_K, UNBOUNDED, Shared, check_run_settings, evidence_recall, open_build, write_run_settings
 from .scorers import abstains, locomo_f1, locomo_normalize
 
 DEFAULT_DATA = Path(os.environ.get("MEMBOX_DATA", "../shared/data")) / "longmemeval" / "longmemeval_s_dev.json.gz"
@@ -252,11 +252,15 @@ def deterministic(q: Question, reply: str) -> dict[str, float]:
     return {"f1": round(f1, 4), "contained": float(contained), "abstained": float(said), "right": float(right)}
 
 
+def asked(q: Question, cfg: Config) -> str:
+    """The question as the answering model reads it: "two weeks ago" in it resolved against the day it is asked,
+    as the excerpts' relative times are."""
+    return resolve_relative(q.question, q.date) if cfg.retrieve.resolve_dates else q.question
+
+
 def qa_record(q: Question, mem, retriever, answerer, judge, budget: int) -> dict[str, Any]:
     ctx = retriever.retrieve(q.question, q.id, FILL_K, budget)
-    # "two weeks ago" in the question itself is resolved against the day it is asked, as the excerpts' are
-    asked = resolve_relative(q.question, q.date) if mem.config.retrieve.resolve_dates else q.question
-    reply = mem.answer_from(asked, ctx, q.id, backend=answerer, today=q.date).text
+    reply = mem.answer_from(asked(q, mem.config), ctx, q.id, backend=answerer, today=q.date).text
     return {"reply": reply, "context_tokens": ctx.tokens, **grade(q, reply, judge)}
 
 
@@ -323,8 +327,8 @@ def run(s: Settings, backend=None, embedder=None, judge=None, progress: bool = T
         return rejudge(s, cfg, questions, judge, progress)
     out = Path(s.out)
     out.mkdir(parents=True, exist_ok=True)
-    _check_settings(out, s)
-    _write_settings(out, s)
+    check_run_settings(out, s.fixed())
+    write_run_settings(out, s.fixed(), dataclasses.asdict(s))
     path = out / "records.jsonl"
     done = {(r["qid"], r["mode"]): r for r in _read(path)}
     shared = Shared(cfg, backend, embedder)
@@ -375,7 +379,7 @@ def rejudge(s: Settings, cfg: Config, questions: list[Question], judge=None, pro
     todo = [r for r in records if r["qid"] in by_id and r["mode"] in s.modes and "reply" in r]
     if not todo:
         raise InputError(f"--rejudge: {path} holds no saved reply of the chosen questions and modes")
-    _check_settings(Path(s.out), s, regrade=True)
+    check_run_settings(Path(s.out), s.fixed(), free=("judge_llm",))  # a regrade may change the judge only
     grader = judge if judge is not None else judge_backend(cfg, s.judge_llm, Shared(cfg))
     bar = _bar(len(todo), progress)
     for r in todo:
@@ -385,29 +389,8 @@ def rejudge(s: Settings, cfg: Config, questions: list[Question], judge=None, pro
     tmp = path.with_suffix(".jsonl.tmp")
     tmp.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records), encoding="utf-8")
     os.replace(tmp, path)
-    _write_settings(Path(s.out), s)  # the judge the records now carry
+    write_run_settings(Path(s.out), s.fixed(), dataclasses.asdict(s))  # the judge the records now carry
     return write_summary(Path(s.out), [r for r in records if r["qid"] in by_id and r["mode"] in s.modes], s, cfg)
-
-
-def _check_settings(out: Path, s: Settings, regrade: bool = False) -> None:
-    """A run folder holds records of one setting: resuming with another is refused (a folder of an older version,
-    records without settings.json, takes the settings of its first resumed run). `regrade`: --rejudge may change
-    the judge (it grades every chosen record again), nothing else."""
-    path = out / "settings.json"
-    if path.exists():
-        before, now = json.loads(path.read_text(encoding="utf-8")), s.fixed()
-        if regrade:
-            before = {**before, "judge_llm": now["judge_llm"]}
-        if before != now:
-            raise InputError(f"{out} holds a run with other settings {before} than these {now}; pass a new "
-                             "--out or the same settings to resume")
-
-
-def _write_settings(out: Path, s: Settings) -> None:
-    path = out / "settings.json"
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(s.fixed(), indent=2), encoding="utf-8")
-    os.replace(tmp, path)
 
 
 def _read(path: Path) -> list[dict]:
