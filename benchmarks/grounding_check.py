@@ -8,7 +8,8 @@ No language model runs: the builds' boxes (the cross-encoder judge) and MiniLM r
 A guard firing on an abstention question is an abstention said; on an answerable one, a false abstention (unless
 the model would have been wrong anyway: the QA run with `--set answer.check_terms=true` says which). Saved per
 question: its id (LoCoMo: conversation:index into its qa list) and the terms found nowhere in each mode's context;
-no text of either dataset. Also counted: the questions the advice wording rule (prompts.asks_for_advice) picks.
+no text of either dataset. Also counted: the questions the wording rules of the answering step pick
+(prompts.asks_for_advice, prompts.asks_for_total).
 """
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ from membox_local.evaluation import longmemeval as lme
 from membox_local.evaluation.locomo import (DEFAULT_CATEGORIES, DEFAULT_DATA as LOCOMO, FILL_K, Shared, load_samples,
                                            open_build)
 from membox_local.grounding import unmentioned
-from membox_local.prompts import asks_for_advice
+from membox_local.prompts import asks_for_advice, asks_for_total
 from membox_local.ingest import load_locomo
 from membox_local.retrieval import make_retriever
 
@@ -72,16 +73,16 @@ def locomo_rows(cfg, data: str, builds: str, modes: list[str], budget: int) -> l
     return rows
 
 
-def advice_rule(locomo: str) -> dict:
-    """Which questions the advice wording rule (prompts.asks_for_advice) sends to the suggestion instructions:
-    LongMemEval dev's by question type, LoCoMo dev's (every category) as a count."""
+def wording_rule(rule, locomo: str) -> dict:
+    """Which questions a wording rule of the answering step picks (prompts.asks_for_advice: the suggestion
+    instructions; prompts.asks_for_total: a list the code adds up): LongMemEval dev's by question type, LoCoMo
+    dev's (every category) as a count."""
     picked: dict[str, int] = {}
     for rec in lme.read_file(lme.DEFAULT_DATA):
-        if asks_for_advice(rec["question"]):
+        if rule(rec["question"]):
             picked[rec["question_type"]] = picked.get(rec["question_type"], 0) + 1
     asked = [q["question"] for sample in load_samples(locomo, []) for q in sample["qa"]]
-    return {"longmemeval-dev": picked, "locomo-dev": {"questions": len(asked),
-                                                      "picked": sum(map(asks_for_advice, asked))}}
+    return {"longmemeval-dev": picked, "locomo-dev": {"questions": len(asked), "picked": sum(map(rule, asked))}}
 
 
 def locomo_cost(rows: list[dict], answers: Path, model: str = "qwen2.5-coder-1.5b") -> dict:
@@ -115,10 +116,11 @@ def main(argv: list[str] | None = None) -> int:
     result = {"date": date.today().isoformat(), "config": cfg.name, "budget": a.budget, "modes": a.modes,
               "summary": {name: {m: check(rows, m) for m in a.modes} for name, rows in data.items()},
               "locomo_qa_cost": locomo_cost(data["locomo-dev"], RESULTS / "answer-models.jsonl.gz"),
-              "advice_rule": advice_rule(a.locomo),
+              "advice_rule": wording_rule(asks_for_advice, a.locomo),
+              "total_rule": wording_rule(asks_for_total, a.locomo),
               "fired": {name: [r for r in rows if any(r["unmentioned"].values())] for name, rows in data.items()}}
     Path(a.out).write_text(json.dumps(result, indent=1, ensure_ascii=False) + "\n")
-    json.dump({**result["summary"], "locomo_qa_cost": result["locomo_qa_cost"], "advice_rule": result["advice_rule"]},
+    json.dump({**result["summary"], **{k: result[k] for k in ("locomo_qa_cost", "advice_rule", "total_rule")}},
               sys.stdout, indent=1)
     print(f"\nsaved: {a.out}", file=sys.stderr)
     return 0

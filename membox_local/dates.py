@@ -37,7 +37,6 @@ def fmt(d: date) -> str:
     return f"{d.day} {d:%B %Y}"
 
 
-@lru_cache(maxsize=4096)
 @lru_cache(maxsize=4096)  # every answer reads its context's date lines again (with_distance)
 def parse_session_date(text: str) -> date | None:
     """The calendar day of a session date string, or None when there is none to read."""

@@ -5,13 +5,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
-from .backends.base import Backend, TextRequest
+from .backends.base import Backend, JsonRequest, StructuredOutputError, TextRequest
 from .dates import parse_session_date, resolve_relative
 from .grounding import not_mentioned_reply, unmentioned
 from .index import VectorIndex
 from .ingest import InputError
-from .prompts import answer_prompt, asks_for_advice
+from .prompts import answer_prompt, asks_for_advice, asks_for_total, tally_prompt, tally_schema
 from .records import Box
+from .tally import parts, total_reply
 from .retrieval import RETRIEVERS, Context, make_retriever
 from .systems import SYSTEMS
 
@@ -22,6 +23,8 @@ class Answer:
     question: str
     # what the question names that no excerpt mentions, when `[answer] check_terms` answered for the model
     unmentioned: tuple[str, ...] = ()
+    # the parts the model listed and the code added up, when `[answer] tally` answered a total question (tally.py)
+    parts: tuple[tuple[str, float], ...] = ()
 
 
 def check_question(question: object, where: str) -> None:
@@ -121,10 +124,33 @@ class Reading:
             missing = unmentioned(question, ctx.text)
             if missing:
                 return Answer(not_mentioned_reply(missing, question), ctx, question, tuple(missing))
-        res = (backend or self.answer_backend).text([TextRequest(answer_prompt(ctx.text, question, today), "answer",
-                                                                 self.config.answer.max_tokens)])[0]
+        backend = backend or self.answer_backend
+        if self.config.answer.tally and asks_for_total(question):
+            listed = self._tally(backend, ctx, question, conversation_id, today)
+            if listed is not None:
+                return Answer(total_reply(listed, question), ctx, question, parts=tuple(parts(listed)))
+        res = backend.text([TextRequest(answer_prompt(ctx.text, question, today), "answer",
+                                        self.config.answer.max_tokens)])[0]
         if isinstance(res, BaseException):
             raise res
         self.store.record_usage(conversation_id or "", "answer", res.usage.prompt_tokens,
                                 res.usage.completion_tokens, cached_tokens=res.usage.cached_tokens)
         return Answer(res.text.strip(), ctx, question)
+
+    def _tally(self, backend: Backend, ctx: Context, question: str, conversation_id: str | None,
+               today: str) -> dict[str, Any] | None:
+        """The parts of a total question as the model lists them (prompts.tally_schema); None when the list is
+        empty or its output does not fit the schema (cut at max_tokens): the question is then answered as any
+        other (the plain prompt says "not mentioned" itself)."""
+        cfg = self.config.answer
+        res = backend.json([JsonRequest(tally_prompt(ctx.text, question, today), tally_schema(cfg.tally_items),
+                                        "answer", cfg.tally_max_tokens)])[0]
+        usage = res.usage if isinstance(res, StructuredOutputError) else getattr(res, "usage", None)
+        if usage is not None:
+            self.store.record_usage(conversation_id or "", "answer", usage.prompt_tokens, usage.completion_tokens,
+                                    cached_tokens=usage.cached_tokens)
+        if isinstance(res, StructuredOutputError):
+            return None
+        if isinstance(res, BaseException):
+            raise res
+        return res.data if parts(res.data) else None

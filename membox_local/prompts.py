@@ -268,6 +268,53 @@ def asks_for_advice(question: str) -> bool:
     return bool(_ADVICE.search(question)) and not _RECALL.search(question)
 
 
+# A question asking for a total or a count across the history ("What is the total cost of...", "How many different
+# museums...", "how many fish in total"): the model lists the parts, the code adds them up (tally.py). Recognised by
+# wording; written on LongMemEval's dev questions, where it picks 14 of 98 (all multi-session), and none of LoCoMo's
+# 1,157 dev questions (benchmarks/grounding_check.py).
+_TOTAL = re.compile(r"\b(total|in all|altogether|combined)\b", re.IGNORECASE)
+TALLY_SYSTEM = (
+    "You add things up from memory excerpts of a person's conversations. The question asks for a total or a count. "
+    "List each thing that counts toward it once, even when several excerpts mention it:\n"
+    "- what: the thing, in a few words;\n"
+    "- amount: how much it adds, with the number the excerpt gives: its price for money, its length for time, "
+    "its count for things ('5 lunches' is 5, 'my third meal' is 3); 1 for one thing given no number.\n"
+    "- unit: one unit for all amounts (dollars, minutes, days, meals...); convert when an excerpt uses another.\n"
+    "Count what the person says they have, did, bought or spent, not what someone suggested to them. Leave out what "
+    "the question does not ask about (another period, another kind of thing). When two excerpts give different "
+    "values for the same thing, use the more recent one. The list is empty only when no excerpt tells of any part."
+)
+
+
+def asks_for_total(question: str) -> bool:
+    """A question whose answer adds up or counts parts told across the history (see _TOTAL)."""
+    return bool(_TOTAL.search(question))
+
+
+def tally_schema(max_items: int = 12, max_chars: int = 60) -> dict[str, Any]:
+    return {
+        "type": "object",
+        "properties": {
+            "unit": {"type": "string", "maxLength": 16},
+            "items": {"type": "array", "maxItems": max_items, "items": {
+                "type": "object",
+                "properties": {"what": {"type": "string", "maxLength": max_chars},
+                               # a bound on what one part can add: a runaway number fails the schema and the
+                               # question gets the plain answer (a 1.5B model once wrote 1,000,000,000,000,000)
+                               "amount": {"type": "number", "minimum": 0, "maximum": 10_000_000}},
+                "required": ["what", "amount"]}},
+        },
+        "required": ["unit", "items"],
+    }
+
+
+def tally_prompt(context: str, question: str, today: str = "") -> Prompt:
+    """`today` as in answer_prompt: the date said, each date line with how long before it was."""
+    shown = with_distance(context, today) if today else context
+    when = f" Today is {today}." if today else ""
+    return Prompt(TALLY_SYSTEM + when, f"Memory:\n{shown}\n\nQuestion: {question}\nJSON:")
+
+
 def answer_prompt(context: str, question: str, today: str = "") -> Prompt:
     """`today`: when the question is asked ("" for a question asked after the conversation, as LoCoMo's); each
     date line of the context then says how long before today it was (dates.with_distance). A request for advice

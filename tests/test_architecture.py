@@ -13,8 +13,8 @@ PKG = Path(__file__).resolve().parent.parent / "membox_local"
 # so a new module gets a place here (a new memory system: its package goes beside `systems`).
 LAYERS: list[tuple[str, set[str]]] = [
     # config is plain data (the names a config may use, the settings' dataclasses): it imports nothing of the package
-    ("data types, contracts, config", {"records", "requests", "backends.base", "dates", "grounding", "private", "terminal",
-                                       "argtypes", "config", "seams"}),
+    ("data types, contracts, config", {"records", "requests", "backends.base", "dates", "grounding", "tally", "private",
+                                       "terminal", "argtypes", "config", "seams"}),
     ("retrieval contract", {"retrieval.base", "retrieval.layout"}),
     ("retrieval modes", {"retrieval", "retrieval.baselines", "retrieval.compact", "retrieval.boxhits",
                          "retrieval.eventgraph"}),
