@@ -25,6 +25,9 @@ Id = Annotated[str, StringConstraints(min_length=1, max_length=MAX_ID_CHARS)]
 Label = Annotated[str, StringConstraints(max_length=MAX_LABEL_CHARS)]
 Text = Annotated[str, StringConstraints(min_length=1, max_length=MAX_TEXT_CHARS)]
 Query = Annotated[str, StringConstraints(min_length=1, max_length=MAX_QUERY_CHARS)]
+# when a question is asked ("2024-06-20", "14:24 on 16 March, 2023"): the answer is told the date and how long before
+# it each excerpt was (Memory.answer's `today`); a text that is no date is refused in one line
+Today = Annotated[str, StringConstraints(min_length=1, max_length=60)]
 Metadata = Annotated[dict[str, Any], Field(max_length=MAX_METADATA_KEYS)]
 K = Annotated[int, Field(ge=1, le=MAX_K)]
 Kind = Literal["boxes", "messages"]  # Memory.KINDS
@@ -120,6 +123,7 @@ class AnswerIn(Strict):
         None, description="retrieval mode (default: the config's [retrieve] mode)")
     k: K | None = None
     budget_tokens: Annotated[int, Field(ge=50, le=MAX_BUDGET_TOKENS)] | None = None
+    today: Today | None = None
 
 
 class ResetIn(Strict):

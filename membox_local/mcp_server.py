@@ -74,9 +74,10 @@ def create_mcp(service: Service):
         return {"results": call(service.search, query, conversation_id, k)}
 
     @mcp.tool(structured_output=True, annotations=reads)
-    def answer(question: m.Query, conversation_id: m.Id | None = None) -> dict[str, Any]:
-        """Answer a question from the memory of a conversation, with the boxes the answer was read from."""
-        return call(service.answer, question, conversation_id)
+    def answer(question: m.Query, conversation_id: m.Id | None = None, today: m.Today | None = None) -> dict[str, Any]:
+        """Answer a question from the memory of a conversation, with the boxes the answer was read from. `today`:
+        when the question is asked (e.g. 2024-06-20): the answer then knows how long ago each memory was."""
+        return call(service.answer, question, conversation_id, today=today or "")
 
     @mcp.tool(structured_output=True, annotations=reads)
     def get_memories(conversation_id: m.Id, kind: m.Kind = "boxes",

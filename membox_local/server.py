@@ -283,8 +283,11 @@ class Service:
         with self._reading:
             ans = self.reader.answer(question, conversation_id, mode=mode, **options)
         ctx = ans.context
+        # parts: what a total was added up from (tally.py); unmentioned: what the question names that no excerpt
+        # mentions, when `[answer] check_terms` answered "not mentioned" (grounding.py)
         return {"question": question, "answer": ans.text, "boxes": ctx.box_ids, "messages": ctx.message_ids,
-                "context_tokens": ctx.tokens}
+                "context_tokens": ctx.tokens, "parts": [{"what": w, "amount": a} for w, a in ans.parts],
+                "unmentioned": list(ans.unmentioned)}
 
     def get(self, id: int | tuple[str, str]) -> dict:
         return as_json(self.reader.get(id))
@@ -458,7 +461,7 @@ def create_app(memory: Memory, reader: Memory | None = None, *, api_key: str | N
     @app.post("/answer", summary="answer a question from the memory")
     def answer(body: m.AnswerIn) -> dict:
         return service.answer(body.question, body.conversation_id, mode=body.mode, k=body.k,
-                              budget_tokens=body.budget_tokens)
+                              budget_tokens=body.budget_tokens, today=body.today or "")
 
     app.add_middleware(Guard, api_key=api_key, local=local)
     return app

@@ -133,6 +133,11 @@ def test_post_search_answer_get_update_delete(tmp_path, cfg):
         assert box["id"] == hits[0]["box"]["id"] and box["topic"] and box["messages"]
         ans = api.post("/answer", json={"question": QUESTION, "conversation_id": CONV}).json()
         assert ans["answer"] and ans["boxes"] and ans["context_tokens"] > 0
+        assert ans["parts"] == [] and ans["unmentioned"] == []  # no total asked for; the guard is off
+        dated = api.post("/answer", json={"question": QUESTION, "conversation_id": CONV, "today": "2030-01-01"})
+        assert dated.status_code == 200 and dated.json()["answer"]
+        r = api.post("/answer", json={"question": QUESTION, "conversation_id": CONV, "today": "someday"})
+        assert r.status_code == 422 and error_line(r).startswith("today: not a date: 'someday'")
 
         first = DEMO_MESSAGES[0]["message_id"]
         r = api.put(f"/conversations/{CONV}/messages/{first}", json={"text": "I signed up for the Porto 10k."})
@@ -394,6 +399,10 @@ def test_mcp_tools_over_streamable_http(tmp_path, cfg):
             assert any("half marathon" in m["text"] for m in got["results"][0]["box"]["messages"])
             got, error = await call(client, "answer", question=QUESTION)
             assert not error and got["answer"] and got["boxes"]
+            got, error = await call(client, "answer", question=QUESTION, today="2030-01-01")
+            assert not error and got["answer"]
+            text, error = await call(client, "answer", question=QUESTION, today="someday")
+            assert error and "today: not a date: 'someday'" in text
             got, error = await call(client, "get_memories", conversation_id=CONV, kind="messages", limit=3)
             assert not error and [m["message_id"] for m in got["items"]] == [m["message_id"] for m in DEMO_MESSAGES[:3]]
             text, error = await call(client, "get_memories", conversation_id="nobody")
