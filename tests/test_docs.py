@@ -190,6 +190,10 @@ README_FIGURES = [
     ("judged right {} -> {} with box-hits and {} -> {} with turn-rag (deterministic {} -> {} and {} -> {})",
      LME_DATES, "modes.*.qa.judge, right, before and after",
      lambda: [lme(f, m, "qa", k) for k in ("judge", "right") for m in ("box-hits", "turn-rag") for f in (LME_BEFORE, LME_DATES)]),
+    ("event graph {}, box-hits {} ({} questions); evidence recall at 1000 tokens: event graph {}%, box-hits {}%",
+     "eventweave-qa.jsonl.gz", "event-graph locomo_f1; box-hits from answer-models (1.5B, category 2, conv-26/30)",
+     lambda: [qa("eventweave-qa.jsonl.gz", "event-graph", "locomo_f1"), ew_boxhits_temporal()[0],
+              ew_boxhits_temporal()[1], recall(EVENTWEAVE, "event-graph", 1000), recall(EVENTWEAVE, "box-hits", 1000)]),
     ("QA on all {}, judged right by the 1.5B model: box-hits {}%, turn-rag {}%, full context {}%", LME_QA98,
      "questions; modes.*.qa.judge", lambda: [load(LME_QA98)["questions"]] + [lme(LME_QA98, m, "qa", "judge")
                                               for m in LME_MODES]),
@@ -348,6 +352,14 @@ def advice_rule() -> list:
     rule = load("grounding-check.json")["advice_rule"]
     assert list(rule["longmemeval-dev"]) == ["single-session-preference"] and rule["locomo-dev"]["picked"] == 0
     return [rule["longmemeval-dev"]["single-session-preference"], rule["locomo-dev"]["questions"]]
+
+
+def ew_boxhits_temporal() -> tuple[str, int]:
+    """box-hits' temporal F1 beside the event graph's: the 1.5B model's answers to category 2 of conv-26 and conv-30."""
+    got = [r["scores"]["locomo_f1"] for r in records(ANSWERS) if r["answerer"] == "qwen2.5-coder-1.5b"
+           and r["category"] == 2 and r["conversation"] in ("conv-26", "conv-30")]
+    assert len(got) == sum(1 for r in records("eventweave-qa.jsonl.gz") if r["mode"] == "event-graph")
+    return pct(sum(got) / len(got)), len(got)
 
 
 def total_rule() -> list:
