@@ -236,10 +236,11 @@ class AnswerConfig:
     # "chili peppers" of "tomatoes and chili peppers") is answered "not mentioned" without the model. Off: a
     # lexical rule, fitted on LongMemEval dev's 5 abstention questions (benchmarks/grounding_check.py).
     check_terms: bool = False
-    # a question asking for a total or a count across the history ("the total cost of...", "how many different...",
+    # a question asking for a total across the history ("the total cost of...", "how many fish in total",
     # prompts.asks_for_total) is answered by a list the model fills, each part with the amount it adds, summed by
-    # the code (tally.py): the 1.5B model finds the parts but adds them up wrong. Measured on LongMemEval dev's 14
-    # such questions (docs/longmemeval.md, "Totals"); false: they are answered as any other question.
+    # the code (tally.py): the 1.5B model finds the parts but adds them up wrong. Measured on LongMemEval dev's 11
+    # such questions by `membox eval longmemeval --modes box-hits turn-rag full-context` (docs/longmemeval.md,
+    # "totals"); false: they are answered as any other question.
     tally: bool = True
     tally_items: int = _opt(12, lo=1)  # at most this many parts listed
     tally_max_tokens: int = _opt(320, lo=16)  # the list's token budget; a list cut short falls back to a plain answer

@@ -12,9 +12,9 @@ from .index import VectorIndex
 from .ingest import InputError
 from .prompts import answer_prompt, asks_for_advice, asks_for_total, tally_prompt, tally_schema
 from .records import Box
-from .tally import parts, total_reply
 from .retrieval import RETRIEVERS, Context, make_retriever
 from .systems import SYSTEMS
+from .tally import parts, total_reply
 
 @dataclass
 class Answer:
@@ -145,7 +145,7 @@ class Reading:
         cfg = self.config.answer
         res = backend.json([JsonRequest(tally_prompt(ctx.text, question, today), tally_schema(cfg.tally_items),
                                         "answer", cfg.tally_max_tokens)])[0]
-        usage = res.usage if isinstance(res, StructuredOutputError) else getattr(res, "usage", None)
+        usage = getattr(res, "usage", None)  # a refused list was generated too: its tokens count
         if usage is not None:
             self.store.record_usage(conversation_id or "", "answer", usage.prompt_tokens, usage.completion_tokens,
                                     cached_tokens=usage.cached_tokens)

@@ -268,10 +268,11 @@ def asks_for_advice(question: str) -> bool:
     return bool(_ADVICE.search(question)) and not _RECALL.search(question)
 
 
-# A question asking for a total or a count across the history ("What is the total cost of...", "How many different
-# museums...", "how many fish in total"): the model lists the parts, the code adds them up (tally.py). Recognised by
-# wording; written on LongMemEval's dev questions, where it picks 14 of 98 (all multi-session), and none of LoCoMo's
-# 1,157 dev questions (benchmarks/grounding_check.py).
+# A question asking for a total across the history ("What is the total cost of...", "how many fish in total"): the
+# model lists the parts, the code adds them up (tally.py). Recognised by wording; written on LongMemEval's dev
+# questions, where it picks 11 of 98 (all multi-session), and none of LoCoMo's 1,157 dev questions
+# (benchmarks/grounding_check.py). "How many different..." was left out: the model listed kinds and their count
+# side by side ("citrus fruits: 3" beside lemon, lime...).
 _TOTAL = re.compile(r"\b(total|in all|altogether|combined)\b", re.IGNORECASE)
 TALLY_SYSTEM = (
     "You add things up from memory excerpts of a person's conversations. The question asks for a total or a count. "
@@ -287,7 +288,7 @@ TALLY_SYSTEM = (
 
 
 def asks_for_total(question: str) -> bool:
-    """A question whose answer adds up or counts parts told across the history (see _TOTAL)."""
+    """A question whose answer adds up parts told across the history (see _TOTAL)."""
     return bool(_TOTAL.search(question))
 
 

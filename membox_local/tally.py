@@ -1,11 +1,11 @@
 """Totals the code adds up (`[answer] tally`): a question asking for a total or a count across the history ("the
-total cost of the car cover and the detailing spray", "how many different museums...") is answered from a list the
-model fills (prompts.tally_schema: each part once, with the amount it adds), summed here.
+total cost of the car cover and the detailing spray", "how many fish in total") is answered from a list the model
+fills (prompts.tally_schema: each part once, with the amount it adds), summed here.
 
 Why: the 1.5B answering model finds the parts but adds them up wrong. On LongMemEval's dev slice its multi-session
 questions (counting and summing across sessions) were judged right 20.8% of the time with box-hits, most with all
-their evidence in the context ("$120" for $100 + $40). Which questions: prompts.asks_for_total, a wording rule
-written on that slice (it picks 14 of its 98 questions, all multi-session, and none of LoCoMo's 1,157 dev questions:
+their evidence in the context ("$120" for $120 + $20). Which questions: prompts.asks_for_total, a wording rule
+written on that slice (it picks 11 of its 98 questions, all multi-session, and none of LoCoMo's 1,157 dev questions:
 `python benchmarks/grounding_check.py`).
 """
 from __future__ import annotations
