@@ -203,7 +203,10 @@ class Memory(BuildSettings, Filing, Erasure, Verbs, Reading):
                              for s, t in self.store.build_time_by_stage(conversation_id).items()}
         return out
 
-    def close(self) -> None:
+    def close(self, models: bool = True) -> None:
+        """Save the indexes, close the store and release the write lock; with `models`, also close the models.
+        `models=False`: a caller sharing its models across memories (an evaluation opening one history after
+        another) keeps them loaded and closes them itself."""
         for idx in self._indexes.values():
             idx.save()
         for comp in self.components:
@@ -214,7 +217,7 @@ class Memory(BuildSettings, Filing, Erasure, Verbs, Reading):
         router_ours = isinstance(self._backend, StageRouter) and id(self._backend.default) in ours
         closing = [] if router_ours else [self._backend]
         for b in {id(b): b for b in [*closing, self._answer_backend, *self._made.values()]
-                  if isinstance(b, Backend)}.values():
+                  if isinstance(b, Backend) and models}.values():
             b.close()
         self.store.close()
         if self._write_lock is not None:

@@ -156,6 +156,32 @@ def test_a_run_on_the_doubles_measures_every_mode_and_resumes(tmp_path, data):
     assert again["modes"]["turn-rag"]["retrieval"] == turn["retrieval"]
 
 
+class FreedWhenClosed(FakeBackend):
+    """A backend double that refuses every call once closed, as a llama.cpp model that was freed."""
+
+    def __init__(self):
+        super().__init__()
+        self.closed = 0
+
+    def close(self):
+        self.closed += 1
+
+    def json_batch(self, requests):
+        assert not self.closed, "a closed model was called"
+        return super().json_batch(requests)
+
+
+def test_a_full_build_of_several_histories_keeps_the_shared_model_open(tmp_path, data):
+    """Each history's memory is closed before the next is built; the model they share stays loaded (it was freed
+    after the first history once: the second build failed on it)."""
+    s = lme.Settings(data=str(data), config="cpu-minilm", out=str(tmp_path / "out"), builds=str(tmp_path / "b"),
+                     modes=["box-hits", "compact"], boxes_only=False, qa=False)
+    backend = FreedWhenClosed()
+    summary = lme.run(s, backend=backend, embedder=FakeEmbedder(), progress=False)
+    assert summary["questions"] == 3 and backend.closed == 0  # passed in: the caller's to close
+    assert sum(stage == "extract" for stage, _ in backend.calls) >= 3  # every history was extracted
+
+
 class Approves:
     """A judge double that grades every reply right (an abstention reply: "no", it gives no answer), and keeps
     its prompts."""

@@ -172,6 +172,12 @@ class Shared:
                 self._answerers[model] = self._made[key]
         return self._answerers[model]
 
+    def close(self) -> None:
+        """Every model loaded here (the build's, a stage's, the answering ones), at the end of a run whose memories
+        were closed with `close(models=False)`; models passed in stay the caller's."""
+        for b in {id(b): b for b in self._made.values()}.values():
+            b.close()
+
     def close_answerers(self) -> None:
         """The answering models that are not the build's (those are closed with the memories that use them)."""
         build = getattr(self._backend, "routes", {}).values() if self._backend is not None else ()

@@ -334,29 +334,32 @@ def run(s: Settings, backend=None, embedder=None, judge=None, progress: bool = T
     shared = Shared(cfg, backend, embedder)
     grader = judge if judge is not None else (judge_backend(cfg, s.judge_llm, shared) if s.qa else None)
     bar = _bar(len(questions) * len(s.modes), progress)
-    with open(path, "a", encoding="utf-8") as fh:
-        for q in questions:
-            todo = [m for m in s.modes if not _complete(done.get((q.id, m)), s.qa)]
-            if not todo:
-                bar.update(len(s.modes))
-                continue
-            mem = open_build(q.id, q.messages, cfg, s.builds, shared, build=not s.boxes_only,
-                             boxes_only=s.boxes_only, progress=False)
-            try:
-                for mode in todo:
-                    retriever = make_retriever(mode, mem)
-                    rec = {"qid": q.id, "type": q.type, "abstention": q.abstention, "mode": mode}
-                    if not q.abstention:
-                        rec.update(retrieval_record(q, retriever))
-                    if s.qa:
-                        answerer = shared.answerer(cfg.answer_llm().model)
-                        rec.update(qa_record(q, mem, retriever, answerer, grader, s.qa_budget))
-                    fh.write(json.dumps(rec, ensure_ascii=False) + "\n")
-                    fh.flush()
-                    done[(q.id, mode)] = rec
-                    bar.update(1)
-            finally:
-                mem.close()
+    try:
+        with open(path, "a", encoding="utf-8") as fh:
+            for q in questions:
+                todo = [m for m in s.modes if not _complete(done.get((q.id, m)), s.qa)]
+                if not todo:
+                    bar.update(len(s.modes))
+                    continue
+                mem = open_build(q.id, q.messages, cfg, s.builds, shared, build=not s.boxes_only,
+                                 boxes_only=s.boxes_only, progress=False)
+                try:
+                    for mode in todo:
+                        retriever = make_retriever(mode, mem)
+                        rec = {"qid": q.id, "type": q.type, "abstention": q.abstention, "mode": mode}
+                        if not q.abstention:
+                            rec.update(retrieval_record(q, retriever))
+                        if s.qa:
+                            answerer = shared.answerer(cfg.answer_llm().model)
+                            rec.update(qa_record(q, mem, retriever, answerer, grader, s.qa_budget))
+                        fh.write(json.dumps(rec, ensure_ascii=False) + "\n")
+                        fh.flush()
+                        done[(q.id, mode)] = rec
+                        bar.update(1)
+                finally:
+                    mem.close(models=False)  # the models serve the next history: closed once, below
+    finally:
+        shared.close()
     bar.close()
     return write_summary(out, [done[(q.id, m)] for q in questions for m in s.modes if (q.id, m) in done], s, cfg)
 
