@@ -121,6 +121,7 @@ LME_QA98 = "longmemeval-qa-dev98.json"  # box-hits, turn-rag and full-context on
 LME_BEFORE = "longmemeval-qa-dev98-before.json"  # box-hits and turn-rag, before the date lines said how long ago
 LME_DATES = "longmemeval-qa-dev98-dates.json"  # the same with the date lines, before requests for advice
 LME_GUARD = "longmemeval-qa-dev98-guard.json"  # the same with `--set answer.check_terms=true`
+LME_FULL_BUILD = "longmemeval-full-build.json"  # benchmarks/longmemeval_build_cost.py over three full builds
 LME_NOTALLY = "longmemeval-qa-dev98-notally.json"  # the three modes before totals were added up by the code
 SPEED_READ = "build-speed-read-conv30.json"  # benchmarks/build_speed.py, conv-30, cpu against cpu-ce, tokens read
 
@@ -194,6 +195,12 @@ README_FIGURES = [
      "eventweave-qa.jsonl.gz", "event-graph locomo_f1; box-hits from answer-models (1.5B, category 2, conv-26/30)",
      lambda: [qa("eventweave-qa.jsonl.gz", "event-graph", "locomo_f1"), ew_boxhits_temporal()[0],
               ew_boxhits_temporal()[1], recall(EVENTWEAVE, "event-graph", 1000), recall(EVENTWEAVE, "box-hits", 1000)]),
+    ("no box failed, for length or otherwise; {} of {}, {} of {} and {} of {} boxes were too long", LME_FULL_BUILD,
+     "histories.*: boxes_from_a_cut_excerpt, boxes (failed_boxes all 0)", lambda: full_build_boxes()),
+    ("showed {} / {} / {}% of the evidence turns at 500 / 1000 / 2000 tokens against box-hits' {} / {} / {}",
+     "longmemeval-full-build-dev3.json", "modes.compact/box-hits.retrieval.recall@N",
+     lambda: [lme("longmemeval-full-build-dev3.json", m, "retrieval", f"recall@{b}") for m in ("compact", "box-hits")
+              for b in (500, 1000, 2000)]),
     ("QA on all {}, judged right by the 1.5B model: box-hits {}%, turn-rag {}%, full context {}%", LME_QA98,
      "questions; modes.*.qa.judge", lambda: [load(LME_QA98)["questions"]] + [lme(LME_QA98, m, "qa", "judge")
                                               for m in LME_MODES]),
@@ -360,6 +367,16 @@ def ew_boxhits_temporal() -> tuple[str, int]:
            and r["category"] == 2 and r["conversation"] in ("conv-26", "conv-30")]
     assert len(got) == sum(1 for r in records("eventweave-qa.jsonl.gz") if r["mode"] == "event-graph")
     return pct(sum(got) / len(got)), len(got)
+
+
+def full_build_boxes() -> list:
+    """Per complete full build (its order in the file): boxes read from a cut excerpt, and boxes; none failed."""
+    got = load(LME_FULL_BUILD)
+    rows = {h["history"]: h for h in got["histories"]}
+    done = [rows[h] for h in ("07741c44", "80ec1f4f", "e48988bc")]
+    assert got["complete"] == [h["history"] for h in sorted(done, key=lambda h: h["history"])]
+    assert all(h["failed_boxes"] == 0 for h in done)
+    return [x for h in done for x in (h["boxes_from_a_cut_excerpt"], h["boxes"])]
 
 
 def total_rule() -> list:
