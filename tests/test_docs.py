@@ -201,6 +201,9 @@ README_FIGURES = [
      "longmemeval-full-build-dev3.json", "modes.compact/box-hits.retrieval.recall@N",
      lambda: [lme("longmemeval-full-build-dev3.json", m, "retrieval", f"recall@{b}") for m in ("compact", "box-hits")
               for b in (500, 1000, 2000)]),
+    ("`make demo` in a fresh clone with no pip cache took {} s, again in the warm venv {} s; `make test` {} s ({} passed, "
+     "{} skipped; then the logic tests on another OpenBLAS kernel and the numeric ones with two threads: {} and {} passed)",
+     "fresh-clone.json", "steps: seconds; the test step's pytest summaries", lambda: fresh_clone()),
     ("QA on all {}, judged right by the 1.5B model: box-hits {}%, turn-rag {}%, full context {}%", LME_QA98,
      "questions; modes.*.qa.judge", lambda: [load(LME_QA98)["questions"]] + [lme(LME_QA98, m, "qa", "judge")
                                               for m in LME_MODES]),
@@ -377,6 +380,19 @@ def full_build_boxes() -> list:
     assert got["complete"] == [h["history"] for h in sorted(done, key=lambda h: h["history"])]
     assert all(h["failed_boxes"] == 0 for h in done)
     return [x for h in done for x in (h["boxes_from_a_cut_excerpt"], h["boxes"])]
+
+
+def fresh_clone() -> list:
+    """The README's fresh-machine figures: each step's seconds (all exited 0) and make test's pytest counts."""
+    import re
+
+    steps = {st["step"]: st for st in load("fresh-clone.json")["steps"]}
+    assert all(st["rc"] == 0 for st in steps.values())
+    runs = [dict((k, int(n)) for n, k in re.findall(r"(\d+) (passed|skipped|failed)", line))
+            for line in steps["test"]["tests"]]
+    assert len(runs) == 3 and not any(r.get("failed") for r in runs)
+    return [steps["demo fresh"]["seconds"], steps["demo warm"]["seconds"], steps["test"]["seconds"],
+            runs[0]["passed"], runs[0]["skipped"], runs[1]["passed"], runs[2]["passed"]]
 
 
 def total_rule() -> list:
