@@ -156,6 +156,29 @@ def test_a_run_on_the_doubles_measures_every_mode_and_resumes(tmp_path, data):
     assert again["modes"]["turn-rag"]["retrieval"] == turn["retrieval"]
 
 
+def test_redo_answers_the_named_questions_again_and_keeps_the_rest(tmp_path, data, capsys):
+    s = lme.Settings(data=str(data), config="cpu-minilm", out=str(tmp_path / "out"), builds=str(tmp_path / "b"),
+                     modes=["box-hits", "turn-rag"])
+    lme.run(s, backend=FakeBackend(), embedder=FakeEmbedder(), judge=FakeBackend(), progress=False)
+    path = tmp_path / "out" / "records.jsonl"
+    first = [json.loads(x) for x in path.read_text().splitlines()]
+    qid = first[0]["qid"]
+    again = FakeBackend()
+    s.redo = [qid]
+    lme.run(s, backend=again, embedder=FakeEmbedder(), judge=FakeBackend(), progress=False)
+    after = [json.loads(x) for x in path.read_text().splitlines()]
+    assert sorted((r["qid"], r["mode"]) for r in after) == sorted((r["qid"], r["mode"]) for r in first)
+    assert sum(stage == "answer" for stage, _ in again.calls) == 2  # that question, in both modes; nothing else
+    assert [r for r in after if r["qid"] != qid] == [r for r in first if r["qid"] != qid]
+    s.redo, s.questions = [qid], [r["qid"] for r in first if r["qid"] != qid][:1]
+    with pytest.raises(InputError, match=f"--redo {qid}: not among the questions this run chooses"):
+        lme.run(s, backend=FakeBackend(), embedder=FakeEmbedder(), judge=FakeBackend(), progress=False)
+    assert [json.loads(x) for x in path.read_text().splitlines()] == after  # nothing dropped by a refused run
+    assert main(["eval", "longmemeval", "--data", str(data), "--out", str(tmp_path / "o2"), "--redo", "nope"]) == 2
+    assert capsys.readouterr().err.strip() == ("error: --redo nope: not among the questions this run chooses (see "
+                                               "--questions, --types, --stride, --limit)")
+
+
 class FreedWhenClosed(FakeBackend):
     """A backend double that refuses every call once closed, as a llama.cpp model that was freed."""
 

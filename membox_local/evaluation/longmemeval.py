@@ -289,6 +289,9 @@ class Settings:
     builds: str = "runs/builds-lme"
     boxes_only: bool = True  # box-hits needs boxes, not records; `--full-build` extracts records (compact)
     rejudge: bool = False  # grade the saved replies again (another judge, a changed rule); nothing built or answered
+    # these questions' records of the chosen modes are dropped from --out and answered again (a changed prompt or
+    # rule measured on the questions it touches; the rest of the run is kept)
+    redo: list[str] = field(default_factory=list)
     overrides: dict[str, Any] = field(default_factory=dict)  # config keys set for this run ("answer.check_terms")
 
     def fixed(self) -> dict[str, Any]:
@@ -323,6 +326,12 @@ def run(s: Settings, backend=None, embedder=None, judge=None, progress: bool = T
     if bad:
         raise InputError(f"--modes {' '.join(bad)}: not a retrieval mode; choose from {', '.join(RETRIEVERS)}")
     questions = [to_question(r) for r in sample(read_file(s.data), s.types, s.limit, s.stride, s.questions)]
+    if s.rejudge and s.redo:
+        raise InputError("--redo answers again and --rejudge answers nothing: give one of them")
+    missing = [q for q in s.redo if q not in {x.id for x in questions}]
+    if missing:  # its records would be dropped and never answered again
+        raise InputError(f"--redo {' '.join(missing)}: not among the questions this run chooses (see --questions, "
+                         "--types, --stride, --limit)")
     if s.rejudge:
         return rejudge(s, cfg, questions, judge, progress)
     out = Path(s.out)
@@ -330,6 +339,8 @@ def run(s: Settings, backend=None, embedder=None, judge=None, progress: bool = T
     check_run_settings(out, s.fixed())
     write_run_settings(out, s.fixed(), dataclasses.asdict(s))
     path = out / "records.jsonl"
+    if s.redo:
+        redo(path, s)
     done = {(r["qid"], r["mode"]): r for r in _read(path)}
     shared = Shared(cfg, backend, embedder)
     grader = judge if judge is not None else (judge_backend(cfg, s.judge_llm, shared) if s.qa else None)
@@ -389,11 +400,25 @@ def rejudge(s: Settings, cfg: Config, questions: list[Question], judge=None, pro
         r.update(grade(by_id[r["qid"]], r["reply"], grader))
         bar.update(1)
     bar.close()
+    _write_records(path, records)
+    write_run_settings(Path(s.out), s.fixed(), dataclasses.asdict(s))  # the judge the records now carry
+    return write_summary(Path(s.out), [r for r in records if r["qid"] in by_id and r["mode"] in s.modes], s, cfg)
+
+
+def redo(path: Path, s: Settings) -> None:
+    """`--redo`: drop the records of these question ids (among those the run chose: `run` checks) in the chosen
+    modes, so that the run answers them again."""
+    records = _read(path)
+    kept = [r for r in records if not (r["qid"] in s.redo and r["mode"] in s.modes)]
+    if len(kept) < len(records):
+        _write_records(path, kept)
+
+
+def _write_records(path: Path, records: list[dict]) -> None:
+    """records.jsonl rewritten whole through a temporary file: an interruption leaves the old one as it was."""
     tmp = path.with_suffix(".jsonl.tmp")
     tmp.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records), encoding="utf-8")
     os.replace(tmp, path)
-    write_run_settings(Path(s.out), s.fixed(), dataclasses.asdict(s))  # the judge the records now carry
-    return write_summary(Path(s.out), [r for r in records if r["qid"] in by_id and r["mode"] in s.modes], s, cfg)
 
 
 def _read(path: Path) -> list[dict]:
@@ -484,7 +509,7 @@ def cmd_longmemeval(args) -> int:
     s = Settings(data=args.data, config=args.config, types=args.types or [], questions=args.questions or [],
                  modes=args.modes or list(DEFAULT_MODES), limit=args.limit, stride=args.stride, qa=not args.no_qa,
                  qa_budget=args.qa_budget, judge_llm=args.judge_llm or "", out=args.out, builds=args.builds,
-                 boxes_only=not args.full_build, rejudge=args.rejudge,
+                 boxes_only=not args.full_build, rejudge=args.rejudge, redo=args.redo or [],
                  overrides=dict(parse_assignment(a) for a in args.set))
     summary = run(s, progress=not args.quiet)
     print(markdown(summary))
@@ -509,6 +534,8 @@ def add_parser(subparsers) -> None:
                                        "openai:MODEL[@BASE_URL] (default: the config's answering model)")
     p.add_argument("--rejudge", action="store_true", help="grade the replies saved in --out again (e.g. with "
                                                           "another --judge-llm); builds and answers nothing")
+    p.add_argument("--redo", nargs="*", metavar="ID", help="answer these questions again: their records in --out "
+                                                           "(of the chosen --modes) are dropped first")
     p.add_argument("--full-build", action="store_true", help="extract box records too (for `compact`; an LLM call "
                                                              "per box)")
     p.add_argument("--out", default="runs/longmemeval", help="run folder: records.jsonl, summary.json, summary.md")
