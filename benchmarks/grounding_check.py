@@ -44,8 +44,9 @@ def longmemeval_rows(cfg, builds: str, modes: list[str], budget: int) -> list[di
     for rec in lme.read_file(lme.DEFAULT_DATA):
         q = lme.to_question(rec)
         mem = open_build(q.id, q.messages, cfg, builds, shared, build=False, boxes_only=True, progress=False)
+        asked = lme.asked(q, cfg)
         try:
-            miss = {m: unmentioned(lme.asked(q, cfg), make_retriever(m, mem).retrieve(q.question, q.id, FILL_K, budget).text)
+            miss = {m: unmentioned(asked, make_retriever(m, mem).retrieve(q.question, q.id, FILL_K, budget).text)
                     for m in modes}
         finally:
             mem.close()
@@ -73,16 +74,21 @@ def locomo_rows(cfg, data: str, builds: str, modes: list[str], budget: int) -> l
     return rows
 
 
-def wording_rule(rule, locomo: str) -> dict:
-    """Which questions a wording rule of the answering step picks (prompts.asks_for_advice: the suggestion
-    instructions; prompts.asks_for_total: a list the code adds up): LongMemEval dev's by question type, LoCoMo
-    dev's (every category) as a count."""
-    picked: dict[str, int] = {}
-    for rec in lme.read_file(lme.DEFAULT_DATA):
-        if rule(rec["question"]):
-            picked[rec["question_type"]] = picked.get(rec["question_type"], 0) + 1
+def wording_rules(rules: dict, locomo: str) -> dict:
+    """Which questions each wording rule of the answering step picks (prompts.asks_for_advice: the suggestion
+    instructions; prompts.asks_for_total: a list the code adds up): LongMemEval dev's by question type and by id
+    (the ids a `--redo` of that change names), LoCoMo dev's (every category) as a count. The data is read once."""
+    lme_dev = list(lme.read_file(lme.DEFAULT_DATA))
     asked = [q["question"] for sample in load_samples(locomo, []) for q in sample["qa"]]
-    return {"longmemeval-dev": picked, "locomo-dev": {"questions": len(asked), "picked": sum(map(rule, asked))}}
+    out = {}
+    for name, rule in rules.items():
+        picked = [rec for rec in lme_dev if rule(rec["question"])]
+        by_type: dict[str, int] = {}
+        for rec in picked:
+            by_type[rec["question_type"]] = by_type.get(rec["question_type"], 0) + 1
+        out[name] = {"longmemeval-dev": by_type, "longmemeval-dev-ids": [rec["question_id"] for rec in picked],
+                     "locomo-dev": {"questions": len(asked), "picked": sum(map(rule, asked))}}
+    return out
 
 
 def locomo_cost(rows: list[dict], answers: Path, model: str = "qwen2.5-coder-1.5b") -> dict:
@@ -116,8 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     result = {"date": date.today().isoformat(), "config": cfg.name, "budget": a.budget, "modes": a.modes,
               "summary": {name: {m: check(rows, m) for m in a.modes} for name, rows in data.items()},
               "locomo_qa_cost": locomo_cost(data["locomo-dev"], RESULTS / "answer-models.jsonl.gz"),
-              "advice_rule": wording_rule(asks_for_advice, a.locomo),
-              "total_rule": wording_rule(asks_for_total, a.locomo),
+              **wording_rules({"advice_rule": asks_for_advice, "total_rule": asks_for_total}, a.locomo),
               "fired": {name: [r for r in rows if any(r["unmentioned"].values())] for name, rows in data.items()}}
     Path(a.out).write_text(json.dumps(result, indent=1, ensure_ascii=False) + "\n")
     json.dump({**result["summary"], **{k: result[k] for k in ("locomo_qa_cost", "advice_rule", "total_rule")}},

@@ -213,12 +213,13 @@ class Memory(BuildSettings, Filing, Erasure, Verbs, Reading):
             comp.close()
         # each model once: those passed in (or made by a callable passed in), and those this Memory made (a router
         # it made is closed through its parts, which are among them)
-        ours = {id(b) for b in self._made.values()}
-        router_ours = isinstance(self._backend, StageRouter) and id(self._backend.default) in ours
-        closing = [] if router_ours else [self._backend]
-        for b in {id(b): b for b in [*closing, self._answer_backend, *self._made.values()]
-                  if isinstance(b, Backend) and models}.values():
-            b.close()
+        if models:
+            ours = {id(b) for b in self._made.values()}
+            router_ours = isinstance(self._backend, StageRouter) and id(self._backend.default) in ours
+            closing = [] if router_ours else [self._backend]
+            for b in {id(b): b for b in [*closing, self._answer_backend, *self._made.values()]
+                      if isinstance(b, Backend)}.values():
+                b.close()
         self.store.close()
         if self._write_lock is not None:
             self._write_lock.release()

@@ -217,6 +217,8 @@ README_FIGURES = [
      lambda: [lme(f, m, "qa", k) for k in ("judge", "right") for m in LME_MODES for f in (LME_NOTALLY, LME_QA98)]),
     ("picks 11 of the 98, all multi-session, and none of LoCoMo's {:,}", "grounding-check.json", "total_rule",
      lambda: total_rule()),
+    ("`--modes box-hits turn-rag full-context --redo {}`)", "grounding-check.json", "total_rule.longmemeval-dev-ids",
+     lambda: [" ".join(load("grounding-check.json")["total_rule"]["longmemeval-dev-ids"])]),
     ("judged right {}% and {}%; it took over no answerable question with box-hits (false abstention stays {} of 93)",
      LME_GUARD, "modes.*.qa.judge; box-hits' false abstentions",
      lambda: [lme(LME_GUARD, "box-hits", "qa", "judge"), lme(LME_GUARD, "turn-rag", "qa", "judge"),

@@ -112,6 +112,8 @@ def test_a_total_on_the_real_cpu_stack(tmp_path):
         mem.add(MESSAGES, seal=True)
         got = mem.answer("What is the total cost of the car cover and the detailing spray?")
         assert got.text.strip()
+        # the list was asked for through the grammar: one call when it was summed, a second for the plain answer
+        assert mem.store.usage_by_stage()["answer"]["calls"] == (1 if got.parts else 2)
         if got.parts:
             total = sum(a for _, a in got.parts)
             assert f"{total:,.0f}" in got.text.replace("$", "") or f"{total:g}" in got.text
