@@ -161,6 +161,10 @@ class ExtractConfig:
     # swapped fall below min_grounding, are kept flagged (`membox show`) and left out of traces
     speaker_grounding: bool = True
     max_tokens: int = _opt(400, lo=16)
+    # who writes a record's keywords: "model" (asked for in the extraction call) or "text" (picked from the box's own
+    # words by code, loom.text_keywords: capitalised names and repeated content words; the call then writes no
+    # keywords, about a fifth of its generated tokens)
+    keywords: str = _opt("model", choices=("model", "text"), what="keywords source")
     # `membox build` ends with an error (exit code 1) when more than this share of its sealed boxes failed
     # extraction (the model raised, timed out or wrote unparsable output); not a build setting
     max_failed_share: float = _opt(0.2, lo=0.0, hi=1.0)
@@ -178,6 +182,8 @@ class WeaverConfig:
     shown_trace_events: int = _opt(8, lo=1)
     link_voters_only: bool = False
     link_event_chars: int = _opt(0, lo=0)
+    # an event whose vote reaches this similarity joins its trace without a link call (0: every link is asked)
+    auto_link: float = _opt(0.0, lo=0.0, hi=1.0)
 
 
 @dataclass

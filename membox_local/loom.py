@@ -32,6 +32,46 @@ def content_words(text: str) -> list[str]:
     return [w for w in _WORD.findall(text.lower()) if w not in _STOP and len(w) > 1]
 
 
+# words a chat uses about anything: never keywords
+_CHAT = frozenset(
+    "like know think thanks thank great good love hey wow yeah oh sounds sound glad cool awesome fun happy nice "
+    "thing things lot lots one make made take see want feel felt time times much well sure totally amazing "
+    "definitely way something anything everything always never still even back new day today let lets youre "
+    "keep right look looks looking shares shared gonna wanna some into myself yourself yours ones btw lol congrats "
+    "mean means find done other others".split()
+)
+_TOKEN = re.compile(r"[A-Za-z][A-Za-z0-9'’-]*")
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
+
+
+def text_keywords(messages: Sequence[Message], n: int, max_chars: int) -> list[str]:
+    """A box's keywords without a model call (`[extract] keywords = "text"`): words written with a capital inside a
+    sentence (names, places, titles) first, then content words by how often the box uses them, verb forms in -ing
+    and -ed after the others, longer ones first (ties: first use); the speakers' names, contractions, stop words
+    and chat fillers are left out. At most `n`, each at most
+    `max_chars` characters."""
+    speakers = {w.lower() for m in messages for w in m.speaker.split()}
+    counts: dict[str, int] = {}
+    shown: dict[str, str] = {}
+    named: set[str] = set()
+    for m in messages:
+        for sentence in _SENTENCE_END.split(m.text):
+            for i, tok in enumerate(_TOKEN.findall(sentence)):
+                word = re.sub(r"['’]s$", "", tok).strip("'’-")
+                low = word.lower()
+                if ("'" in low or "’" in low or len(low) < 3 or len(low) > max_chars or low in _STOP
+                        or low in _CHAT or low in speakers):
+                    continue  # a contraction ("I'm", "don't"), too short or long, or a word about anything
+                counts[low] = counts.get(low, 0) + 1
+                if i > 0 and word[0].isupper() and word.lower() != word:
+                    named.add(low)
+                    shown[low] = word
+                shown.setdefault(low, low)
+    order = {w: k for k, w in enumerate(counts)}
+    ranked = sorted(counts, key=lambda w: (w not in named, -counts[w], w.endswith(("ing", "ed")), -len(w), order[w]))
+    return [shown[w] for w in ranked[:n]]
+
+
 def grounding(event: str, source: str) -> float:
     """Share of the event's content words found in the source (matched on a 5-letter prefix)."""
     words = content_words(event)
@@ -164,7 +204,8 @@ class Loom:
         try:
             res, note = yield from excerpted_call(
                 box.messages, excerpt_budget(self.cfg.llm.n_ctx, ec.max_tokens),
-                lambda shown: JsonRequest(extract_prompt(shown, box.session_date), extract_schema(ec),
+                lambda shown: JsonRequest(extract_prompt(shown, box.session_date, ec.keywords == "model"),
+                                          extract_schema(ec),
                                           stage="extract", max_tokens=ec.max_tokens, about=f"box {box.id}"))
         except BackendError as exc:
             # Recorded, shown by `membox show` and the build summary, retried by the next build.
@@ -176,7 +217,8 @@ class Loom:
                         event_grounding(text, box, ec.speaker_grounding))
                   for text in _dedupe(data.get("events", []))]
         box.topic = data.get("topic", "").strip()
-        box.keywords = _dedupe(data.get("keywords", []))
+        box.keywords = (_dedupe(data.get("keywords", [])) if ec.keywords == "model"
+                        else text_keywords(box.messages, ec.max_keywords, ec.max_keyword_chars))
         box.note = note
         box.events = self.store.save_extraction(box.id, box.topic, box.keywords, events, note)
         box.status = "extracted"

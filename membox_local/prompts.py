@@ -59,10 +59,12 @@ def dialogue_context(recent: Sequence[Message]) -> str:
     return DIALOGUE_HEADER + "".join(dialogue_line(m) for m in recent)
 
 
+_EXTRACT_KEYWORDS = (
+    "- keywords: the most specific nouns and names (people, places, objects, activities); no filler words.\n")
 EXTRACT_SYSTEM = (
     "You turn a short piece of conversation into a memory record, as JSON.\n"
     "- topic: one short phrase naming what the piece is about.\n"
-    "- keywords: the most specific nouns and names (people, places, objects, activities); no filler words.\n"
+    + _EXTRACT_KEYWORDS +
     "- events: things the speakers say happened, are true now, or are planned, each as a short standalone "
     "sentence that names who did it and keeps the speakers' own words where possible. "
     "Include dates or times that are mentioned. Leave out greetings, questions, feelings and vague wishes. "
@@ -71,28 +73,27 @@ EXTRACT_SYSTEM = (
 )
 
 
+# [extract] keywords = "text": the code picks the keywords (loom.text_keywords), the model writes topic and events
+EXTRACT_SYSTEM_NO_KEYWORDS = EXTRACT_SYSTEM.replace(_EXTRACT_KEYWORDS, "")
+
+
 def extract_schema(cfg: ExtractConfig) -> dict[str, Any]:
-    return {
-        "type": "object",
-        "properties": {
-            "topic": {"type": "string", "maxLength": cfg.max_topic_chars},
-            "keywords": {
-                "type": "array", "maxItems": cfg.max_keywords,
-                "items": {"type": "string", "maxLength": cfg.max_keyword_chars},
-            },
-            "events": {
-                "type": "array", "maxItems": cfg.max_events,
-                "items": {"type": "string", "maxLength": cfg.max_event_chars},
-            },
-        },
-        "required": ["topic", "keywords", "events"],
-    }
+    props: dict[str, Any] = {"topic": {"type": "string", "maxLength": cfg.max_topic_chars}}
+    if cfg.keywords == "model":
+        props["keywords"] = {"type": "array", "maxItems": cfg.max_keywords,
+                             "items": {"type": "string", "maxLength": cfg.max_keyword_chars}}
+    props["events"] = {"type": "array", "maxItems": cfg.max_events,
+                       "items": {"type": "string", "maxLength": cfg.max_event_chars}}
+    return {"type": "object", "properties": props, "required": list(props)}
 
 
-def extract_prompt(messages: Sequence[Message], date: str) -> Prompt:
+def extract_prompt(messages: Sequence[Message], date: str, keywords: bool = True) -> Prompt:
+    """The extraction call's prompt; `keywords=False` leaves the keywords out of the instructions (the schema of
+    `[extract] keywords = "text"` has none)."""
     when = f" (conversation date: {date})" if date else ""
     body = "\n".join(m.render() for m in messages)
-    return Prompt(EXTRACT_SYSTEM, f"Conversation{when}:\n{body}\n\nJSON record:")
+    return Prompt(EXTRACT_SYSTEM if keywords else EXTRACT_SYSTEM_NO_KEYWORDS,
+                  f"Conversation{when}:\n{body}\n\nJSON record:")
 
 
 # ---- Trace Weaver: linking and new traces -------------------------------------------------------

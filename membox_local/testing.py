@@ -102,10 +102,11 @@ class FakeBackend(Backend):
         lines = _lines(r.prompt.user)
         text = " ".join(l.split(": ", 1)[1] for l in lines)
         words = [w for w in WORD.findall(text.lower()) if w not in STOP and len(w) > 3]
-        kws = list(dict.fromkeys(words))[: r.schema["properties"]["keywords"]["maxItems"]]
+        props = r.schema["properties"]
+        kws = list(dict.fromkeys(words))[: props["keywords"]["maxItems"] if "keywords" in props else 8]
         events = [l.split(": ", 1)[1][:150] for l in lines if re.search(r"\bI (signed|adopted|started|booked|ran|made)\b", l)]
-        return {"topic": " ".join(kws[:3]), "keywords": kws,
-                "events": events[: r.schema["properties"]["events"]["maxItems"]]}
+        out = {"topic": " ".join(kws[:3]), "keywords": kws, "events": events[: props["events"]["maxItems"]]}
+        return out if "keywords" in props else {k: v for k, v in out.items() if k != "keywords"}
 
     def _weave(self, r) -> dict:
         """Trace Weaver stages: new events (numbered lines) sharing a word of 4+ letters go together."""

@@ -9,7 +9,9 @@ hook), and reads existing traces but only ever adds the new box's events:
 2. verification: one "link" call per candidate shows the trace's latest `weaver.shown_trace_events` events and the
    box's numbered events (with `weaver.link_voters_only`, only those that voted for that trace: the embedding
    pre-filter bounds the prompt and the answer; `weaver.link_event_chars` cuts each shown event); the model
-   answers with the numbers of the events that continue it. An event may join several traces;
+   answers with the numbers of the events that continue it. An event may join several traces. With
+   `weaver.auto_link` > 0, an event whose vote reaches that similarity joins its trace without being asked
+   about; a candidate whose voters all do so gets no call;
 3. initialisation: events accepted nowhere are grouped by one "trace-init" call into new traces (the main
    storyline first); an event the model leaves out becomes a trace of its own (counted as a leftover).
    A single unlinked event becomes a trace without a call.
@@ -65,13 +67,14 @@ class Weaver:
         traces = self.store.traces_with_events(box.conversation_id)
         try:
             voters: dict[int, list[int]] = {}
-            out.candidates = (yield from self._candidates(events, traces, voters)) if events and traces else []
+            sims: dict[int, float] = {}
+            out.candidates = (yield from self._candidates(events, traces, voters, sims)) if events and traces else []
             by_id = dict((t.id, (t, evs)) for t, evs in traces)
             for tid in out.candidates:
-                shown = [events[i] for i in voters[tid]] if self.cfg.weaver.link_voters_only else events
-                picked = yield from self._verify(*by_id[tid], shown, box.session_date)
-                if picked:
-                    out.linked[tid] = [e.id for e in picked]
+                auto, shown = self._split(events, voters[tid], sims)
+                picked = (yield from self._verify(*by_id[tid], shown, box.session_date)) if shown else []
+                if auto or picked:
+                    out.linked[tid] = sorted(e.id for e in auto + picked)
             linked_ids = {i for ids in out.linked.values() for i in ids}
             unlinked = [e for e in events if e.id not in linked_ids]
             groups, out.leftovers = (yield from self._initialise(unlinked, box.session_date)) if unlinked else ([], 0)
@@ -96,9 +99,9 @@ class Weaver:
 
     # ---- the three steps ------------------------------------------------------------------------
     def _candidates(self, events: list[Event], traces: list[tuple[Trace, list[Event]]],
-                    voters: dict[int, list[int]] | None = None) -> Step:
+                    voters: dict[int, list[int]] | None = None, vote_sims: dict[int, float] | None = None) -> Step:
         """Trace ids voted for by the new events, most votes first (ties: higher similarity); `voters` gets, per
-        trace, the indices of the events that voted for it."""
+        trace, the indices of the events that voted for it, `vote_sims` each voting event's similarity."""
         traces = [(t, evs) for t, evs in traces if evs]
         pool = list({e.id: e for _, evs in traces for e in evs}.values())
         if not pool:
@@ -115,8 +118,19 @@ class Weaver:
                 votes.setdefault(traces[best][0].id, []).append(float(row[best]))
                 if voters is not None:
                     voters.setdefault(traces[best][0].id, []).append(n)
+                if vote_sims is not None:
+                    vote_sims[n] = float(row[best])
         ranked = sorted(votes, key=lambda tid: (-len(votes[tid]), -max(votes[tid]), tid))
         return ranked[:self.cfg.weaver.max_candidates]
+
+    def _split(self, events: list[Event], voters: list[int], sims: dict[int, float]) -> tuple[list[Event], list[Event]]:
+        """A candidate trace's (events linked without a call, events its link call shows): voters at or above
+        `auto_link` join outright; the call shows the other voters (`link_voters_only`) or the other events."""
+        wc = self.cfg.weaver
+        sure = {i for i in voters if wc.auto_link and sims[i] >= wc.auto_link}
+        asked = [i for i in voters if i not in sure] if wc.link_voters_only else \
+            ([i for i in range(len(events)) if i not in sure] if len(sure) < len(voters) else [])
+        return [events[i] for i in sorted(sure)], [events[i] for i in asked]
 
     def _verify(self, trace: Trace, trace_events: list[Event], events: list[Event], date: str) -> Step:
         wc = self.cfg.weaver

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from membox_local.loom import grounding
+from membox_local.loom import grounding, text_keywords
 from membox_local.memory import Memory
 from membox_local.records import Message
 
@@ -72,6 +72,33 @@ def test_events_are_grounded_and_dated(memory):
     assert [e.text for e in box.events] == ["I signed up for the city marathon"]
     assert box.events[0].date == "1 May 2024" and box.events[0].grounding == 1.0
     assert grounding("Maya adopted a purple dragon", "A: I signed up for the city marathon") == 0.0
+
+
+def test_text_keywords_pick_names_and_repeated_words_without_fillers():
+    rows = [("Gina", "Hey Jon! I found a studio in Paris with Marley flooring."),
+            ("Jon", "Wow, Marley flooring is great. I'm so happy the studio has natural light!"),
+            ("Gina", "Thanks! The studio opens in Paris next month, I'm starting classes.")]
+    kws = text_keywords(msgs("c", rows), 4, 40)
+    assert kws[:2] == ["Marley", "Paris"]  # capitalised inside a sentence, used twice each (longer first)
+    assert kws[2] == "studio" and len(kws) == 4  # then the box's most used content word
+    everything = text_keywords(msgs("c", rows), 50, 40)
+    for never in ("Jon", "Gina", "I'm", "great", "happy", "thanks", "the"):  # speakers, contractions, fillers
+        assert never not in everything and never.lower() not in everything
+    assert all(len(k) <= 6 for k in text_keywords(msgs("c", rows), 50, 6))
+    assert text_keywords(msgs("c", [("A", "Hi!"), ("B", "Hey, good to see you.")]), 8, 40) == []
+
+
+def test_text_keywords_leave_the_keywords_out_of_the_extraction_call(memory, fake_backend):
+    memory.config.extract.keywords = "text"
+    seen, inner = [], fake_backend.json_batch
+    fake_backend.json_batch = lambda reqs: seen.extend(reqs) or inner(reqs)
+    rows = [("A", "I signed up for the Berlin marathon"), ("B", "The Berlin marathon is hard, good luck")]
+    memory.add(msgs("c", rows), seal=True)
+    box = memory.boxes("c")[0]
+    assert box.keywords[0] == "Berlin" and "marathon" in box.keywords
+    assert [e.text for e in box.events] == ["I signed up for the Berlin marathon"]
+    (req,) = [r for r in seen if r.stage == "extract"]
+    assert "keywords" not in req.schema["properties"] and "keywords" not in req.prompt.system
 
 
 def test_failed_extraction_is_recorded_then_retried(memory, fake_backend):

@@ -147,6 +147,31 @@ def test_threshold_is_configurable(bench):
     assert len(out.candidates) == 1 and len(bench.prompts("link")) == 1
 
 
+def test_sure_votes_link_without_a_call(bench):
+    bench.cfg.weaver.auto_link = 0.95
+    bench.weave(bench.box("1", ["Ann signed up for the city marathon"]))
+    (marathon,) = [t.id for t in bench.store.traces(CONV)]
+    out = bench.weave(bench.box("2", ["Ann signed up for the city marathon"]))  # cosine 1: sure
+    assert out.candidates == [marathon] and bench.prompts("link") == []
+    assert out.linked == {marathon: [e.id for e in bench.store.events_of_box(out.box_id)]}
+    # a voter under the bar is still asked about, alone (the sure one is not shown again)
+    out = bench.weave(bench.box("3", ["Ann signed up for the city marathon", "Ann ran the city marathon"]))
+    (link,) = bench.prompts("link")
+    assert numbered(link) == ["Ann ran the city marathon"]
+    ev = {e.text: e.id for e in bench.store.events_of_box(out.box_id)}
+    assert out.linked[marathon][0] == ev["Ann signed up for the city marathon"]
+
+
+@pytest.mark.parametrize("voters_only", [False, True])
+def test_auto_link_off_asks_about_every_candidate(bench, voters_only):
+    bench.cfg.weaver.link_voters_only = voters_only
+    bench.weave(bench.box("1", ["Ann signed up for the city marathon"]))
+    bench.weave(bench.box("2", ["Ann signed up for the city marathon", "Ann baked sourdough bread"]))
+    (link,) = bench.prompts("link")
+    want = ["Ann signed up for the city marathon"] + ([] if voters_only else ["Ann baked sourdough bread"])
+    assert numbered(link) == want
+
+
 def test_weakly_grounded_events_are_not_woven(bench):
     bench.weave(bench.box("1", ["Ann signed up for the city marathon"]))
     out = bench.weave(bench.box("2", ["Ann ran the city marathon"], grounding=0.1))
@@ -325,13 +350,16 @@ def test_show_traces_prints_events_in_time_order(memory):
 
 # ---- the real CPU stack ----------------------------------------------------------------------------
 @pytest.mark.integration
-def test_real_models_link_events_across_sessions(tmp_path):
+@pytest.mark.parametrize("config", ["cpu", "cpu-ce"])
+def test_real_models_link_events_across_sessions(tmp_path, config):
+    """cpu-ce also drives its cheaper build on the real stack: the cross-encoder judge (no judge call), keywords
+    picked from the text (the extraction call writes none) and links made without a call (`auto_link`)."""
     pytest.importorskip("llama_cpp")
     from conftest import DEMO
     from membox_local.ingest import load_jsonl
 
     # Qwen2.5-Coder-0.5B: SmolLM2-135M's events are mostly fragments that never vote for a trace
-    cfg = load_config("cpu")
+    cfg = load_config(config)
     cfg.llm.n_threads = 1  # on a shared 2-core machine one thread is several times faster than two
     with Memory(tmp_path / "real", cfg) as mem:
         mem.add(load_jsonl(DEMO), seal=True)
@@ -349,6 +377,13 @@ def test_real_models_link_events_across_sessions(tmp_path):
         assert traces and all(evs and len(t.summary) <= 80 for t, evs in traces)
         sessions = {b.id: b.session for b in store.boxes(conv)}
         assert any(len({sessions[e.box_id] for e in evs}) >= 2 for _, evs in traces)
+        if config == "cpu-ce":
+            stages = store.usage_by_stage(conv)
+            assert "judge" not in stages and stages["extract"]["calls"] >= len(store.boxes(conv))
+            extracted = [b for b in store.boxes(conv) if b.status == "extracted"]
+            assert any(b.keywords for b in extracted)
+            for b in extracted:  # the code's keywords are the box's own words
+                assert all(k.lower() in b.text().lower() for k in b.keywords), (b.keywords, b.text())
         ctx = mem.context("How is Maya's knee?", conv, mode="trace", k=3, budget_tokens=800)
         assert ctx.tokens <= 800
         assert all(store.event(i).box_id not in ctx.box_ids for i in ctx.event_ids)
