@@ -100,6 +100,15 @@ def first_60(config: str) -> str:
     return f"{load('segmentation-content.json')['configs_now'][config]['locomo']['mean']:.2f}"
 
 
+def ce_box_sizes() -> list[str]:
+    """cpu-ce's messages per box: whole conversations (its boxes-only builds of the recall run; mean, smallest,
+    largest) and the first 60 messages of each (the sweep that chose its offset and cap)."""
+    sizes = [b["utterances_per_box"] for b in load("locomo-recall-ce.json")["builds"].values()]
+    (sweep,) = {r["locomo60"] for r in load("segmentation-ce-sweep.json")
+                if r["set"] == "conv+ce" and r["cap"] == 12 and r["offset"] == 0.5}
+    return [f"{sum(sizes) / len(sizes):.2f}", f"{min(sizes):.2f}", f"{max(sizes):.2f}", f"{sweep:.1f}"]
+
+
 def build_minutes() -> tuple[str, str]:
     walls = [b["build_wall_s"] for b in load("locomo-recall-cpu.json")["builds"].values()]
     return f"{min(walls) / 60:.0f}", f"{max(walls) / 60:.0f}"
@@ -123,7 +132,7 @@ LME_DATES = "longmemeval-qa-dev98-dates.json"  # the same with the date lines, b
 LME_GUARD = "longmemeval-qa-dev98-guard.json"  # the same with `--set answer.check_terms=true`
 LME_FULL_BUILD = "longmemeval-full-build.json"  # benchmarks/longmemeval_build_cost.py over three full builds
 LME_NOTALLY = "longmemeval-qa-dev98-notally.json"  # the three modes before totals were added up by the code
-SPEED_READ = "build-speed-read-conv30.json"  # benchmarks/build_speed.py, conv-30, cpu against cpu-ce, tokens read
+SPEED = "build-speed-lean.json"  # benchmarks/build_speed.py, conv-26 and conv-30, cpu against cpu-ce
 
 # README phrase -> result file -> key path, and the figures read from it.
 README_FIGURES = [
@@ -182,9 +191,9 @@ README_FIGURES = [
      "penalty)", LME_RECALL, "modes.*.retrieval.recall@1000",
      lambda: [str(len({r["qid"] for r in records(LME_RECALL.replace(".json", ".jsonl.gz")) if not r["abstention"]}))]
      + [lme(LME_RECALL, m, "retrieval", "recall@1000") for m in ("box-hits", "turn-rag", "turn-rag:length-cost")]),
-    ("{} s and {} LLM prompt tokens read per message, against {} s and {} with the default's PMI judge", SPEED_READ,
-     "rows[0]: after_s_per_msg, per_message.after.all.read_tokens, before_s_per_msg, per_message.before.all.read_tokens",
-     lambda: speed_read()),
+    ("{} s and {} LLM prompt tokens per message, against {} s and {} with the default ({}x the messages per second)",
+     SPEED, "rows[conv-30]: after_s_per_msg, per_message.after.all.prompt_tokens, the same before, ratio",
+     lambda: speed_conv30()),
     ("judged right {}% with box-hits, {}% with turn-rag and {}% with full-context (deterministic {} / {} / {})",
      LME_QA98, "modes.*.qa.judge, right",
      lambda: [lme(LME_QA98, m, "qa", "judge") for m in LME_MODES] + [lme(LME_QA98, m, "qa", "right") for m in LME_MODES]),
@@ -235,11 +244,20 @@ README_FIGURES = [
 LME_MODES = ("box-hits", "turn-rag", "full-context")
 
 
-def speed_read() -> list[str]:
-    """Seconds and LLM prompt tokens read per message, cpu-ce then cpu, from the side-by-side run of conv-30."""
-    row = load(SPEED_READ)["rows"][0]
-    return [f"{row['after_s_per_msg']:.2f}", f"{row['per_message']['after']['all']['read_tokens']:.1f}",
-            f"{row['before_s_per_msg']:.2f}", f"{row['per_message']['before']['all']['read_tokens']:.1f}"]
+def speed_row(conversation: str) -> list[str]:
+    """cpu-ce's seconds, seconds per message, LLM prompt tokens sent and read per message, as BENCHMARKS.md shows."""
+    (row,) = [r for r in load(SPEED)["rows"] if r["conversation"] == conversation]
+    every = row["per_message"]["after"]["all"]
+    return [f"{row['after_s']:,.0f}", f"{row['after_s_per_msg']:.2f}", f"{every['prompt_tokens']:.1f}",
+            f"{every['read_tokens']:.1f}"]
+
+
+def speed_conv30() -> list[str]:
+    """Seconds and LLM prompt tokens sent per message, cpu-ce then cpu, and the ratio, from the side-by-side run."""
+    (row,) = [r for r in load(SPEED)["rows"] if r["conversation"] == "conv-30"]
+    return [f"{row['after_s_per_msg']:.2f}", f"{row['per_message']['after']['all']['prompt_tokens']:.1f}",
+            f"{row['before_s_per_msg']:.2f}", f"{row['per_message']['before']['all']['prompt_tokens']:.1f}",
+            f"{row['ratio']:.2f}"]
 
 
 def lme(name: str, mode: str, part: str, key: str) -> str:
@@ -325,7 +343,16 @@ BENCHMARKS_FIGURES = [
     ("| Qwen2.5-Coder-0.5B (the answering model before) | 313 | {} | {} | {} | {} |",
      lambda: [qa_by(ANSWERS, "qwen2.5-coder-0.5b", s) for s in ("locomo_f1", "mem0_f1", "mem0_bleu1", "membox_f1")]),
     ("**{} ({}-{})** | {} |", lambda: box_sizes("--config cpu") + [first_60("cpu")]),
-    ("| {} ({}-{}) | {} |", lambda: box_sizes("--config runs/cpu-night.toml") + [first_60("runs/cpu-night.toml")]),
+    ("| cross-encoder judge (configs/cpu-ce.toml, cap 12) | {} ({}-{}) | {} |", lambda: ce_box_sizes()),
+    ("| conv-26: **cpu-ce** | **{}** | **{}** |", lambda: speed_row("conv-26")[:2]),
+    ("| conv-30: **cpu-ce** | **{}** | **{}** |", lambda: speed_row("conv-30")[:2]),
+    ("| **{} ({})** | 0.13 |", lambda: speed_row("conv-26")[2:]),
+    ("| **{} ({})** | 0.15 |", lambda: speed_row("conv-30")[2:]),
+    ("| ratio, conv-26 / conv-30 / both | **{}x / {}x / {}x** |",
+     lambda: [f"{r['ratio']:.2f}" for r in load(SPEED)["rows"]] + [f"{load(SPEED)['total']['ratio']:.2f}"]),
+    ("| box-hits | cross-encoder judge, cpu-ce ({} per box) | {} | {} | {} | {} |",
+     lambda: [ce_box_sizes()[0]] + [pct(load("locomo-recall-ce.json")["modes"]["box-hits"]["recall"][f"budget={b}"])
+                                    for b in BUDGETS]),
     ("| event-graph | 231 | {} | {} | {} | {} |", lambda: [recall(EVENTWEAVE, "event-graph", b) for b in BUDGETS]),
     ("| event-graph-boxes (events pull in their boxes) | 231 | {} | {} | {} | {} |",
      lambda: [recall(EVENTWEAVE, "event-graph-boxes", b) for b in BUDGETS]),
