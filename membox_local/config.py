@@ -163,7 +163,7 @@ class ExtractConfig:
     max_tokens: int = _opt(400, lo=16)
     # who writes a record's keywords: "model" (asked for in the extraction call) or "text" (picked from the box's own
     # words by code, loom.text_keywords: capitalised names and repeated content words; the call then writes no
-    # keywords, about a fifth of its generated tokens)
+    # keywords: 12% and 27% fewer tokens generated per box on LoCoMo conv-26 and conv-30, BENCHMARKS.md)
     keywords: str = _opt("model", choices=("model", "text"), what="keywords source")
     # `membox build` ends with an error (exit code 1) when more than this share of its sealed boxes failed
     # extraction (the model raised, timed out or wrote unparsable output); not a build setting

@@ -48,8 +48,7 @@ def text_keywords(messages: Sequence[Message], n: int, max_chars: int) -> list[s
     """A box's keywords without a model call (`[extract] keywords = "text"`): words written with a capital inside a
     sentence (names, places, titles) first, then content words by how often the box uses them, verb forms in -ing
     and -ed after the others, longer ones first (ties: first use); the speakers' names, contractions, stop words
-    and chat fillers are left out. At most `n`, each at most
-    `max_chars` characters."""
+    and chat fillers are left out. At most `n`, each at most `max_chars` characters."""
     speakers = {w.lower() for m in messages for w in m.speaker.split()}
     counts: dict[str, int] = {}
     shown: dict[str, str] = {}
