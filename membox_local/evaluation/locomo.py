@@ -173,17 +173,11 @@ class Shared:
         return self._answerers[model]
 
     def close(self) -> None:
-        """Every model loaded here (the build's, a stage's, the answering ones), at the end of a run whose memories
-        were closed with `close(models=False)`; models passed in stay the caller's."""
+        """Every model loaded here (the build's, a stage's, the answering ones), at the end of a run (`eval locomo`,
+        `eval longmemeval`), whose memories are closed with `close(models=False)`; models passed in stay the
+        caller's."""
         for b in {id(b): b for b in self._made.values()}.values():
             b.close()
-
-    def close_answerers(self) -> None:
-        """The answering models that are not the build's (those are closed with the memories that use them)."""
-        build = getattr(self._backend, "routes", {}).values() if self._backend is not None else ()
-        for b in {id(b): b for b in self._answerers.values()}.values():
-            if b is not self._backend and all(b is not x for x in build):
-                b.close()
 
 
 def build_dir(builds: str | Path, cfg: Config, conversation_id: str, sessions: int = 0) -> Path:
@@ -211,7 +205,7 @@ def open_build(conv: str, messages: list[Message], cfg: Config, builds: str | Pa
             if boxes_only:
                 _boxes_and_other_systems(mem, conv, progress)
     except BaseException:
-        mem.close()
+        mem.close(models=False)  # the models are `shared`'s, closed by Shared.close at the run's end
         raise
     return mem
 
@@ -446,8 +440,8 @@ def run(settings: Settings, backend=None, embedder=None, progress: bool = True,
                     bar.close()
     finally:
         for mem in opened:
-            mem.close()
-        shared.close_answerers()
+            mem.close(models=False)
+        shared.close()
     wanted = set(s.answer_models if s.qa else [""])
     chosen = [r for key, r in records.items() if key[0] in s.conversations and key[1] in s.modes
               and r["category"] in s.categories and (key[3] in wanted or not s.qa and not key[3])]
