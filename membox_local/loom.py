@@ -62,7 +62,7 @@ def text_keywords(messages: Sequence[Message], n: int, max_chars: int) -> list[s
                         or low in _CHAT or low in speakers):
                     continue  # a contraction ("I'm", "don't"), too short or long, or a word about anything
                 counts[low] = counts.get(low, 0) + 1
-                if i > 0 and word[0].isupper() and word.lower() != word:
+                if i > 0 and word[0].isupper():
                     named.add(low)
                     shown[low] = word
                 shown.setdefault(low, low)

@@ -66,12 +66,11 @@ class Weaver:
         out.events = len(events)
         traces = self.store.traces_with_events(box.conversation_id)
         try:
-            voters: dict[int, list[int]] = {}
-            sims: dict[int, float] = {}
-            out.candidates = (yield from self._candidates(events, traces, voters, sims)) if events and traces else []
+            voters: dict[int, dict[int, float]] = {}
+            out.candidates = (yield from self._candidates(events, traces, voters)) if events and traces else []
             by_id = dict((t.id, (t, evs)) for t, evs in traces)
             for tid in out.candidates:
-                auto, shown = self._split(events, voters[tid], sims)
+                auto, shown = self._split(events, voters[tid])
                 picked = (yield from self._verify(*by_id[tid], shown, box.session_date)) if shown else []
                 if auto or picked:
                     out.linked[tid] = sorted(e.id for e in auto + picked)
@@ -99,9 +98,9 @@ class Weaver:
 
     # ---- the three steps ------------------------------------------------------------------------
     def _candidates(self, events: list[Event], traces: list[tuple[Trace, list[Event]]],
-                    voters: dict[int, list[int]] | None = None, vote_sims: dict[int, float] | None = None) -> Step:
+                    voters: dict[int, dict[int, float]] | None = None) -> Step:
         """Trace ids voted for by the new events, most votes first (ties: higher similarity); `voters` gets, per
-        trace, the indices of the events that voted for it, `vote_sims` each voting event's similarity."""
+        trace, the events that voted for it: their indices, each with its vote's similarity."""
         traces = [(t, evs) for t, evs in traces if evs]
         pool = list({e.id: e for _, evs in traces for e in evs}.values())
         if not pool:
@@ -117,20 +116,20 @@ class Weaver:
             if row[best] >= self.cfg.weaver.vote_threshold:
                 votes.setdefault(traces[best][0].id, []).append(float(row[best]))
                 if voters is not None:
-                    voters.setdefault(traces[best][0].id, []).append(n)
-                if vote_sims is not None:
-                    vote_sims[n] = float(row[best])
+                    voters.setdefault(traces[best][0].id, {})[n] = float(row[best])
         ranked = sorted(votes, key=lambda tid: (-len(votes[tid]), -max(votes[tid]), tid))
         return ranked[:self.cfg.weaver.max_candidates]
 
-    def _split(self, events: list[Event], voters: list[int], sims: dict[int, float]) -> tuple[list[Event], list[Event]]:
-        """A candidate trace's (events linked without a call, events its link call shows): voters at or above
-        `auto_link` join outright; the call shows the other voters (`link_voters_only`) or the other events."""
+    def _split(self, events: list[Event], voters: dict[int, float]) -> tuple[list[Event], list[Event]]:
+        """A candidate trace's (events linked without a call, events its link call shows; none when every voter is
+        sure): voters at or above `auto_link` join outright; the call shows the other voters (`link_voters_only`)
+        or every other event of the box."""
         wc = self.cfg.weaver
-        sure = {i for i in voters if wc.auto_link and sims[i] >= wc.auto_link}
-        asked = [i for i in voters if i not in sure] if wc.link_voters_only else \
-            ([i for i in range(len(events)) if i not in sure] if len(sure) < len(voters) else [])
-        return [events[i] for i in sorted(sure)], [events[i] for i in asked]
+        sure = sorted(i for i, sim in voters.items() if wc.auto_link and sim >= wc.auto_link)
+        if len(sure) == len(voters):
+            return [events[i] for i in sure], []
+        shown = voters if wc.link_voters_only else range(len(events))
+        return [events[i] for i in sure], [events[i] for i in shown if i not in sure]
 
     def _verify(self, trace: Trace, trace_events: list[Event], events: list[Event], date: str) -> Step:
         wc = self.cfg.weaver

@@ -357,6 +357,7 @@ def test_real_models_link_events_across_sessions(tmp_path, config):
     pytest.importorskip("llama_cpp")
     from conftest import DEMO
     from membox_local.ingest import load_jsonl
+    from membox_local.loom import text_keywords
 
     # Qwen2.5-Coder-0.5B: SmolLM2-135M's events are mostly fragments that never vote for a trace
     cfg = load_config(config)
@@ -380,10 +381,12 @@ def test_real_models_link_events_across_sessions(tmp_path, config):
         if config == "cpu-ce":
             stages = store.usage_by_stage(conv)
             assert "judge" not in stages and stages["extract"]["calls"] >= len(store.boxes(conv))
+            assert "link" not in stages  # auto_link = vote_threshold: every vote links without a call
             extracted = [b for b in store.boxes(conv) if b.status == "extracted"]
             assert any(b.keywords for b in extracted)
             for b in extracted:  # the code's keywords are the box's own words
                 assert all(k.lower() in b.text().lower() for k in b.keywords), (b.keywords, b.text())
+                assert b.keywords == text_keywords(b.messages, cfg.extract.max_keywords, cfg.extract.max_keyword_chars)
         ctx = mem.context("How is Maya's knee?", conv, mode="trace", k=3, budget_tokens=800)
         assert ctx.tokens <= 800
         assert all(store.event(i).box_id not in ctx.box_ids for i in ctx.event_ids)
