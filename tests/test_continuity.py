@@ -116,6 +116,35 @@ def test_training_pairs_label_shifts_and_add_joins():
     assert len(training_pairs(dials, joins=False)) == 9 * 4
 
 
+def test_longmemeval_sessions_are_distinct_dialogues_without_shifts(tmp_path):
+    """`fit crossencoder --longmemeval`: each distinct session once (a session two histories share is one
+    dialogue), drawn by a seeded shuffle, no annotated shift inside: its turns continue, joins are the switches."""
+    from membox_local.fit.crossencoder import training_pairs
+    from membox_local.fit.data import longmemeval_sessions
+    from tests.test_longmemeval import session
+
+    def rec(qid, sids, sessions):
+        return {"question_id": qid, "question_type": "single-session-user", "question": "?", "answer": "a",
+                "question_date": "2023/06/01 (Thu) 10:00", "haystack_session_ids": sids,
+                "haystack_dates": ["2023/05/10 (Wed) 09:30"] * len(sids), "haystack_sessions": sessions,
+                "answer_session_ids": []}
+
+    shared = session("I need a train to Leeds.", "Which day?", "Friday morning.", "The 9:10 leaves from platform 2.")
+    path = tmp_path / "lme.json"
+    path.write_text(json.dumps([
+        rec("q1", ["s-shared", "s-a"], [shared, session("Recommend a pasta recipe.", "Try carbonara.", "Thanks!")]),
+        rec("q2", ["s-b", "s-shared"], [session("My dog is a beagle.", "Beagles love walks."), shared])]))
+    dials = longmemeval_sessions(path, 10)
+    assert sorted(d.id for d in dials) == ["s-a", "s-b", "s-shared"]
+    assert all(d.boundaries == [] for d in dials)
+    assert [m.text for m in next(d for d in dials if d.id == "s-shared").messages] == [t["content"] for t in shared]
+    assert [d.id for d in longmemeval_sessions(path, 10)] == [d.id for d in dials]  # the draw is seeded
+    assert len(longmemeval_sessions(path, 2)) == 2
+    pairs = training_pairs(dials)
+    inside = sum(len(d.messages) - 2 for d in dials)
+    assert [y for _, y in pairs[:inside]] == [1] * inside and [y for _, y in pairs[inside:]] == [0] * 2
+
+
 def test_fit_content_ce_stacks_the_cross_encoder_out_of_fold(tmp_path, monkeypatch, capsys, fake_ce):
     """`membox fit content --ce` on the tiny data of tests/test_fit.py: needs both cross-encoders (loud when one is
     missing), checks the content vector against the committed one, and chooses a judge with a ce_continue weight

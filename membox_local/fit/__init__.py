@@ -80,6 +80,9 @@ def add_parser(subparsers) -> None:
     h.add_argument("--no-lm", action="store_true", help="MiniLM features only (no LLM scores): sets cos and all")
     h.add_argument("--ce", action="store_true",
                    help="also the sets with the continuity cross-encoder's logit (ce_continue, [loom] ce_model)")
+    h.add_argument("--ce-model", metavar="FILE",
+                   help="--ce: these cross-encoder weights instead of the config's [loom] ce_model (e.g. "
+                        "content/ce-tiage-lme-all-minilm-l6-v2.safetensors)")
     h.add_argument("--join", type=count(0), default=0, metavar="K",
                    help="also fit on TIAGE-train dialogues joined K at a time, and choose on TIAGE dev as it is and "
                         "joined K at a time (DialSeg711's construction, from TIAGE only)")
@@ -120,6 +123,12 @@ def add_parser(subparsers) -> None:
     x.add_argument("--train-limit", type=count(1), help="only the first N TIAGE-train dialogues")
     x.add_argument("--skip", type=count(0), default=0, help="leave the first N training dialogues out (out of fold)")
     x.add_argument("--dev-limit", type=count(1), help="only the first N TIAGE-dev dialogues for the reported AUC")
+    x.add_argument("--longmemeval", metavar="FILE",
+                   help="also user-and-assistant sessions of this LongMemEval file (dev only: e.g. "
+                        "../shared/data/longmemeval/longmemeval_s_dev.json.gz), each with its joins; the weights are "
+                        "named ce-tiage-lme-<embedder>")
+    x.add_argument("--lme-sessions", type=count(1), default=300,
+                   help="--longmemeval: how many distinct sessions, drawn by a seeded shuffle (default 300)")
     x.add_argument("--write", action="store_true",
                    help="write configs/content/ce-tiage-<embedder>.safetensors (and keep the result, as --save)")
 

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 from ..config import CONFIG_DIR, load_config
-from .data import data_dir, dialogues
+from .data import data_dir, dialogues, longmemeval_sessions
 from .report import RUNS, command_line, write_result
 
 JOIN_OFFSETS = (1, 7)  # dialogue j's end against dialogue j + offset's first turn: a hard switch
@@ -87,9 +87,10 @@ def pair_auc(model, pairs) -> float:
     return float(roc_auc_score([y for _, y in pairs], z))
 
 
-def fit(train_dials, dev_dials, base: str, epochs: int, path: Path, meta: dict, log=print) -> dict:
-    """Train on `train_dials` (+ joins), save to `path`, report seconds and TIAGE dev's pair AUC."""
-    pairs = training_pairs(train_dials)
+def fit(train_dials, dev_dials, base: str, epochs: int, path: Path, meta: dict, log=print, extra=()) -> dict:
+    """Train on `train_dials` and the `extra` dialogues (each set with its own joins), save to `path`, report seconds
+    and TIAGE dev's pair AUC."""
+    pairs = training_pairs(train_dials) + (training_pairs(list(extra)) if extra else [])
     log(f"cross-encoder: {len(pairs)} training pairs ({sum(1 - y for _, y in pairs)} shifts), {epochs} epochs")
     t0 = time.time()
     model = train(pairs, base, epochs, log=log)
@@ -108,13 +109,18 @@ def main(args) -> int:
     cfg = load_config(args.config)
     train_dials = dialogues(data, "tiage_train", args.train_limit)[args.skip:]
     dev = dialogues(data, "tiage_dev", args.dev_limit)
-    name = f"ce-tiage-{cfg.embedder.model}" + (f"-skip{args.skip}" if args.skip else "") + ".safetensors"
+    extra = longmemeval_sessions(args.longmemeval, args.lme_sessions) if args.longmemeval else []
+    tag = "tiage" + ("-lme" if extra else "")
+    name = f"ce-{tag}-{cfg.embedder.model}" + (f"-skip{args.skip}" if args.skip else "") + ".safetensors"
     path = (CONFIG_DIR / "content" if args.write else RUNS) / name
-    meta = {"fitted_on": f"TIAGE train dialogues {args.skip}-{args.skip + len(train_dials) - 1} and their joins "
-                         f"(offsets {JOIN_OFFSETS})", "command": command_line(args)}
+    fitted_on = f"TIAGE train dialogues {args.skip}-{args.skip + len(train_dials) - 1} and their joins " \
+                f"(offsets {JOIN_OFFSETS})"
+    if extra:
+        fitted_on += f"; {len(extra)} LongMemEval sessions of {Path(args.longmemeval).name} (seed 0) and their joins"
+    meta = {"fitted_on": fitted_on, "command": command_line(args)}
     info = fit(train_dials, dev, cfg.embedder.model, args.epochs, path,
-               meta, log=lambda s: print(s, file=sys.stderr, flush=True))
-    write_result("crossencoder" + (f"-skip{args.skip}" if args.skip else ""), {**info, "weights": str(path)},
-                 args.save or args.write)
+               meta, log=lambda s: print(s, file=sys.stderr, flush=True), extra=extra)
+    write_result(f"crossencoder{'-lme' if extra else ''}" + (f"-skip{args.skip}" if args.skip else ""),
+                 {**info, "weights": str(path)}, args.save or args.write)
     print(json.dumps(info, indent=2))
     return 0

@@ -71,3 +71,23 @@ def sessions_of(conversations: dict[str, list]) -> list[list]:
     context never crosses one (the unit that precompute_scores scores)."""
     return [[m for m in v if m.session == s] for v in conversations.values()
             for s in dict.fromkeys(m.session for m in v)]
+
+
+def longmemeval_sessions(path: str | Path, count: int, seed: int = 0) -> list[Dialogue]:
+    """`count` distinct sessions of a LongMemEval file's histories (a session that several histories share counted
+    once), drawn by a seeded shuffle, each a dialogue without annotated shifts: user-and-assistant material for the
+    cross-encoder (a turn continues its session; one session's end against another's first turn is a switch)."""
+    import random
+
+    from ..evaluation.longmemeval import read_file, to_question
+
+    sessions: dict[str, list[Message]] = {}
+    for rec in read_file(path):
+        mine: dict[str, list[Message]] = {}
+        for m in to_question(rec).messages:  # a session repeated inside a history is keyed "<id>#2"
+            mine.setdefault(m.session, []).append(m)
+        for key, msgs in mine.items():
+            sessions.setdefault(key.split("#")[0], msgs)
+    keys = sorted(sessions)
+    random.Random(seed).shuffle(keys)
+    return [Dialogue(k, sessions[k], []) for k in keys[:count]]

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -31,7 +32,9 @@ def main(args) -> int:
     dev = dialogues(data, "tiage_dev")
     test = dialogues(data, "dialseg711_test", args.dialseg_limit)
     locomo = {c: v[: args.locomo_limit] for c, v in locomo_conversations(data).items()}
-    cfg = load_config(args.config, {"loom.history": args.history} if args.history else None)
+    overrides = {**({"loom.history": args.history} if args.history else {}),
+                 **({"loom.ce_model": args.ce_model} if args.ce_model else {})}
+    cfg = load_config(args.config, overrides or None)
     window = cfg.loom.window
     join = args.join
     fit_on = joined(train, join) if join else train
@@ -93,7 +96,7 @@ def main(args) -> int:
                with_loom(cfg, judge="hybrid", weights=weights, bias=round(bias + float(best), 4), min_box_messages=2))
     fitted = {"candidates": report["candidates"][2:]}
     name = ("fit-minilm" if args.no_lm else "fit-lm") + ("-ce" if args.ce else "") + ("-join" if join else "") + \
-        (f"-history{args.history}" if args.history else "")
+        (f"-history{args.history}" if args.history else "") + (f"-{Path(args.ce_model).stem}" if args.ce_model else "")
     chosen = choose(fitted, f"{name}-chosen.md")["hybrid"]
     for c in report["candidates"]:
         c["chosen"] = c is chosen
