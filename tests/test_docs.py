@@ -104,9 +104,9 @@ def ce_box_sizes() -> list[str]:
     """cpu-ce's messages per box: whole conversations (its boxes-only builds of the recall run; mean, smallest,
     largest) and the first 60 messages of each (the sweep that chose its offset and cap)."""
     sizes = [b["utterances_per_box"] for b in load("locomo-recall-ce.json")["builds"].values()]
-    (sweep,) = {r["locomo60"] for r in load("segmentation-ce-sweep.json")
-                if r["set"] == "conv+ce" and r["cap"] == 12 and r["offset"] == 0.5}
-    return [f"{sum(sizes) / len(sizes):.2f}", f"{min(sizes):.2f}", f"{max(sizes):.2f}", f"{sweep:.1f}"]
+    (sweep,) = {r["locomo60"] for r in load("segmentation-ce-sweep-lme.json")["rows"]
+                if r["set"] == "conv+ce_conv" and r["cap"] == 12 and r["offset"] == -0.75}
+    return [f"{sum(sizes) / len(sizes):.2f}", f"{min(sizes):.2f}", f"{max(sizes):.2f}", f"{sweep:.2f}"]
 
 
 def build_minutes() -> tuple[str, str]:
@@ -249,6 +249,21 @@ def test_continuity_judge_qa_gate_matches_the_saved_runs():
     f1 = [pct(load(f"locomo-qa-conv30-{c}.json")["modes"]["box-hits"]["qa"]["overall"]["locomo_f1"]) for c in
           ("cpu-ce", "cpu")]
     assert f"| {f1[0]} against the default's {f1[1]} |" in text
+
+
+def test_cpu_ce_is_the_sweeps_choice_and_the_docs_say_its_figures():
+    """configs/cpu-ce.toml holds the row that benchmarks/ce_sweep.py chose, and BENCHMARKS.md and
+    docs/continuity-judge.md show that row's TIAGE dev and DialSeg711 figures."""
+    from membox_local.config import load_config
+
+    (row,) = [r for r in load("segmentation-ce-sweep-lme.json")["rows"] if r.get("chosen")]
+    loom = load_config("cpu-ce").loom
+    assert (loom.weights, loom.bias, loom.max_box_messages) == (row["weights"], row["bias"], row["cap"])
+    assert loom.ce_model == load("segmentation-ce-sweep-lme.json")["ce_model"]
+    cells = "| {} | {} |".format(*(" / ".join(f"{row[ds][m]:.3f}" for m in ("pk", "wd", "f1"))
+                                   for ds in ("dev", "dialseg711")))
+    for doc in (BENCHMARKS, REPO / "docs" / "continuity-judge.md"):
+        assert normalise(cells) in normalise(doc.read_text()).replace("**", ""), f"{doc.name} should show {cells}"
 
 
 def speed_row(conversation: str) -> list[str]:
