@@ -6,8 +6,9 @@ for every setting and used for nothing.
         [--fit runs/segmentation/fit-minilm-ce-join.json --sets ce cos+ce conv+ce conv+ce_conv]
 
 With --fit, each named feature set's weights and bias come from that `membox fit hybrid --ce` result (its candidate
-"hybrid <set> min_box=2..."), in place of the config's. Choice: the best mean of the objective (fit.measure.objective: Pk, WD and F1) over TIAGE dev and TIAGE dev joined
-two at a time, among settings whose LoCoMo boxes average 4-8 messages. No LLM (the judge must not read one);
+"hybrid <set> min_box=2..."), in place of the config's. Choice: the best mean of the objective (fit.measure.objective:
+Pk, WD and F1) over TIAGE dev and TIAGE dev joined two at a time, among settings whose LoCoMo boxes average 4-8
+messages. No LLM (the judge must not read one);
 cross-encoder logits are cached in runs/segmentation/ce-logits-<weights>.json. Writes runs/segmentation/<out>.json
 (with --save also benchmarks/results/segmentation-<out>.json) and prints the table.
 """
@@ -19,11 +20,12 @@ import sys
 import time
 from pathlib import Path
 
-from membox_local.config import load_config
+from membox_local.config import ConfigError, load_config, parse_assignment
 from membox_local.fit.cache import LookupEmbedder, precompute_ce
 from membox_local.fit.data import data_dir, default_data_dir, dialogues, joined, locomo_conversations, sessions_of
 from membox_local.fit.measure import locomo_sizes, objective, run, with_loom
 from membox_local.fit.report import RUNS, write_result
+from membox_local.ingest import InputError
 
 
 def measure(cfg, sets, locomo, emb) -> dict:
@@ -61,12 +63,16 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default="ce-sweep", help="result name (runs/segmentation/<out>.json)")
     ap.add_argument("--save", action="store_true", help="also benchmarks/results/segmentation-<out>.json")
     args = ap.parse_args(argv)
-    overrides = dict(s.split("=", 1) for s in args.set)
-    cfg = load_config(args.config, overrides or None)
+    try:
+        overrides = dict(parse_assignment(s) for s in args.set)
+        cfg = load_config(args.config, overrides or None)
+        data = data_dir(args.data_dir)
+    except (ConfigError, InputError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     if not cfg.loom.ce_model or cfg.loom.switch_ratio or any(k.startswith("lm_") for k in cfg.loom.weights):
         print(f"error: {args.config}: needs a cross-encoder hybrid judge that reads no LLM", file=sys.stderr)
         return 2
-    data = data_dir(args.data_dir)
     dev = dialogues(data, "tiage_dev")
     sets = {"dev": dev, "dev_joined": joined(dev, 2), "dialseg711": dialogues(data, "dialseg711_test")}
     locomo = {c: v[:60] for c, v in locomo_conversations(data).items()}
