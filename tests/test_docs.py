@@ -264,6 +264,11 @@ def test_cpu_ce_is_the_sweeps_choice_and_the_docs_say_its_figures():
                                    for ds in ("dev", "dialseg711")))
     for doc in (BENCHMARKS, REPO / "docs" / "continuity-judge.md"):
         assert normalise(cells) in normalise(doc.read_text()).replace("**", ""), f"{doc.name} should show {cells}"
+    report = load("segmentation-report-dialseg711_test-cpu-ce.json")["configs"]["cpu-ce"]  # the same judge again
+    assert [report[m] for m in ("pk", "wd", "f1")] == [row["dialseg711"][m] for m in ("pk", "wd", "f1")]
+    held_out = " / ".join(f"{report['after_553'][m]:.3f}" for m in ("pk", "wd", "f1"))
+    assert normalise(f"{cells} {held_out} | {report['hyp_boundaries_per_dialogue']:.2f} |") in normalise(
+        BENCHMARKS.read_text())
 
 
 def speed_row(conversation: str) -> list[str]:
