@@ -1,6 +1,7 @@
 """`membox fit crossencoder`: the continuity cross-encoder (membox_local/continuity.py) fitted on TIAGE train.
 
     membox fit crossencoder [--epochs 2] [--skip N] [--train-limit N] [--write]
+                            [--longmemeval FILE [--lme-sessions 300]]
 
 Pairs: each TIAGE-train turn i >= 2 against its two previous turns (what the hybrid judge shows it: with
 min_box_messages = 2 the open box's last two messages are always the two turns before), labelled "continues"
@@ -8,9 +9,11 @@ unless a reference segment starts at i; plus, for DialSeg711-like hard switches 
 last two turns of one dialogue against the first turn of another (dialogue j with j + 1 and with j + 7): "shift".
 MiniLM's weights stay frozen; a rank-8 adapter on each layer's query, value and feed-forward layers and a one-unit
 head on the mean-pooled tokens are fitted with binary cross-entropy (AdamW, linear decay, batches of 16, seed 0,
-one CPU thread). Dev (TIAGE dev's teacher-forced pairs) is only reported: its ROC AUC. --skip N leaves the first N
-training dialogues out (the out-of-fold model of `membox fit content --ce`). Writes the weights to
-runs/segmentation/ce-tiage-<embedder>.safetensors (with --write to configs/content/, where [loom] ce_model finds
+one CPU thread). With --longmemeval, distinct user-and-assistant sessions of that (dev) file are added the same way:
+each session's turns continue it, its end against another session's first turn is a switch (configs/cpu-ce.toml's
+adapter, ce-tiage-lme-<embedder>). Dev (TIAGE dev's teacher-forced pairs) is only reported: its ROC AUC. --skip N
+leaves the first N training dialogues out (the out-of-fold model of `membox fit content --ce`). Writes the weights
+to runs/segmentation/ce-tiage-<embedder>.safetensors (with --write to configs/content/, where [loom] ce_model finds
 it) and runs/segmentation/crossencoder.json. About 4 minutes per epoch on one core of a 2-core x86_64 VM.
 """
 from __future__ import annotations
