@@ -20,7 +20,7 @@ import sys
 import time
 from pathlib import Path
 
-from membox_local.config import ConfigError, load_config, parse_assignment
+from membox_local.config import LM_FEATURES, ConfigError, load_config, parse_assignment
 from membox_local.fit.cache import LookupEmbedder, precompute_ce
 from membox_local.fit.data import data_dir, default_data_dir, dialogues, joined, locomo_conversations, sessions_of
 from membox_local.fit.measure import locomo_sizes, objective, run, with_loom
@@ -70,7 +70,7 @@ def main(argv=None) -> int:
     except (ConfigError, InputError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    if not cfg.loom.ce_model or cfg.loom.switch_ratio or any(k.startswith("lm_") for k in cfg.loom.weights):
+    if not cfg.loom.ce_model or cfg.loom.switch_ratio or set(cfg.loom.weights) & set(LM_FEATURES):
         print(f"error: {args.config}: needs a cross-encoder hybrid judge that reads no LLM", file=sys.stderr)
         return 2
     dev = dialogues(data, "tiage_dev")

@@ -102,10 +102,9 @@ def first_60(config: str) -> str:
 
 def ce_box_sizes() -> list[str]:
     """cpu-ce's messages per box: whole conversations (its boxes-only builds of the recall run; mean, smallest,
-    largest) and the first 60 messages of each (the sweep that chose its offset and cap)."""
+    largest) and the first 60 messages of each (the sweep's chosen row: its set, offset and cap)."""
     sizes = [b["utterances_per_box"] for b in load("locomo-recall-ce.json")["builds"].values()]
-    (sweep,) = {r["locomo60"] for r in load("segmentation-ce-sweep-lme.json")["rows"]
-                if r["set"] == "conv+ce_conv" and r["cap"] == 12 and r["offset"] == -0.75}
+    (sweep,) = [r["locomo60"] for r in load("segmentation-ce-sweep-lme.json")["rows"] if r.get("chosen")]
     return [f"{sum(sizes) / len(sizes):.2f}", f"{min(sizes):.2f}", f"{max(sizes):.2f}", f"{sweep:.2f}"]
 
 

@@ -93,7 +93,7 @@ def pair_auc(model, pairs) -> float:
 def fit(train_dials, dev_dials, base: str, epochs: int, path: Path, meta: dict, log=print, extra=()) -> dict:
     """Train on `train_dials` and the `extra` dialogues (each set with its own joins), save to `path`, report seconds
     and TIAGE dev's pair AUC."""
-    pairs = training_pairs(train_dials) + (training_pairs(list(extra)) if extra else [])
+    pairs = training_pairs(train_dials) + training_pairs(list(extra))
     log(f"cross-encoder: {len(pairs)} training pairs ({sum(1 - y for _, y in pairs)} shifts), {epochs} epochs")
     t0 = time.time()
     model = train(pairs, base, epochs, log=log)
