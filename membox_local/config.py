@@ -135,6 +135,11 @@ class LoomConfig:
     prob_threshold: float = _opt(0.5, lo=0.0, hi=1.0)  # llm-logprob judge: p(yes) below this opens a new box
     min_box_messages: int = _opt(2, lo=1)  # minimal-context rule: a new box takes one adjacent reply unjudged
     max_box_messages: int = _opt(16, lo=1)  # a box this long seals regardless of the judge
+    # what a box that reaches max_box_messages does: "at-cap" seals it as it is (the next message opens a box);
+    # "weakest" cuts it again where the judge was least sure it went on (the lowest continue score among its
+    # messages after the first min_box_messages; ties: the later one), seals the part before the cut and keeps the
+    # rest open with the next message in it (online: only messages already filed are moved; loom.split_point)
+    cap_split: str = _opt("at-cap", choices=("at-cap", "weakest"), what="cap split rule")
     seal_on_session_change: bool = True
     weights: dict[str, float] = _opt(lambda: dict(_CPU_WEIGHTS), factory=True)  # hybrid judge: feature -> weight
     bias: float = 0.5798

@@ -30,6 +30,9 @@ class Decision:
     continues: bool
     label: str  # what the judge said, for logs and agreement metrics
     score: float | None = None  # judge confidence that the message continues, when it has one
+    # loom.cap_split "weakest": the open box is cut before its message at this index (that message opens a box
+    # of its own, which this message continues); None: no cut
+    split_at: int | None = None
 
 
 class Judge:

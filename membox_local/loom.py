@@ -125,10 +125,21 @@ def event_grounding(event: str, box: Box, by_speaker: bool) -> float:
     return min(lexical, speaker_grounding(event, box.messages)) if by_speaker else lexical
 
 
+def split_point(lc: LoomConfig, scores: Sequence[float | None]) -> int | None:
+    """Where `cap_split = "weakest"` cuts a full box: the index of its message with the lowest continue score (the
+    judge's Decision.score when it was filed) after the first `min_box_messages`, the later one on a tie; None when
+    the rule is "at-cap" or no such message has a score (the box seals as it is)."""
+    if lc.cap_split != "weakest":
+        return None
+    scored = [(s, -k) for k, s in enumerate(scores) if k >= lc.min_box_messages and s is not None]
+    return -min(scored)[1] if scored else None
+
+
 def decide(lc: LoomConfig, judge: Judge, open_box: Sequence[Message], m: Message,
-           earlier: Sequence[Message] = ()) -> Step:
+           earlier: Sequence[Message] = (), scores: Sequence[float | None] = ()) -> Step:
     """The online continuity rule: does `m` continue the open box (its messages so far)? `earlier`: the
-    conversation's messages before `m`, oldest first (only the judge's last `history` are used).
+    conversation's messages before `m`, oldest first (only the judge's last `history` are used); `scores`: the
+    open box's messages' Decision.score, in order (read by `cap_split = "weakest"` alone).
 
     The only place the rule lives: the Loom and `membox eval segmentation` both call it.
     """
@@ -139,7 +150,8 @@ def decide(lc: LoomConfig, judge: Judge, open_box: Sequence[Message], m: Message
     if len(open_box) < lc.min_box_messages:
         return Decision(True, "min-context")
     if len(open_box) >= lc.max_box_messages:
-        return Decision(False, "max-size")
+        k = split_point(lc, list(scores)[:len(open_box)])
+        return Decision(False, "max-size") if k is None else Decision(True, "max-size-split", split_at=k)
     return (yield from judge.decide(open_box, m, list(earlier)[-judge.history:] if judge.history else []))
 
 
@@ -151,6 +163,8 @@ class Loom:
         self.cfg = cfg
         self.judge = judge or make_judge(cfg.loom)
         self.box: Box | None = store.current_open_box(conversation_id)
+        # the open box's messages' continue scores, in order (cap_split "weakest" cuts at the lowest)
+        self.scores: list[float | None] = store.box_scores(self.box.id) if self.box else []
         # the conversation's last messages before the next one, for judges that compare with them
         self.earlier: list[Message] = store.filed_messages(conversation_id, self.judge.history) \
             if self.judge.history else []
@@ -161,18 +175,23 @@ class Loom:
     def process(self, m: Message) -> Step:
         """File one message; on a seal, extract the sealed box. Returns the Decision."""
         box = self.box
-        decision = yield from decide(self.cfg.loom, self.judge, box.messages if box else [], m, self.earlier)
+        decision = yield from decide(self.cfg.loom, self.judge, box.messages if box else [], m, self.earlier,
+                                     self.scores)
 
         sealed = None
         with self.store.transaction():
-            if not decision.continues:
+            if decision.split_at is not None:
+                sealed = self._split(decision.split_at)
+            elif not decision.continues:
                 if box is not None:
                     self.store.set_box_status(box.id, "sealed")
                     sealed = box
                 box_id = self.store.open_box(m)
                 self.box = Box(box_id, m.conversation_id, m.session, m.session_date)
+                self.scores = []
             self.store.file_message(m, self.box.id, decision.label, decision.score)
         self.box.messages.append(m)
+        self.scores.append(decision.score)
         if self.judge.history:
             self.earlier = (self.earlier + [m])[-self.judge.history:]
         if sealed is not None:
@@ -180,10 +199,24 @@ class Loom:
             yield from self.extract(sealed)
         return decision
 
+    def _split(self, k: int) -> Box:
+        """Seal the open box's first `k` messages and keep the rest open as a new box (inside the caller's
+        transaction); returns the sealed box."""
+        box = self.box
+        tail = box.messages[k:]
+        self.store.set_box_status(box.id, "sealed")
+        box_id = self.store.open_box(tail[0])
+        self.store.move_messages(tail, box.id, box_id)
+        box.messages, box.status = box.messages[:k], "sealed"
+        self.box = Box(box_id, box.conversation_id, tail[0].session, tail[0].session_date)
+        self.box.messages = list(tail)
+        self.scores = self.scores[k:]
+        return box
+
     def seal_open(self) -> Step:
         """Seal and extract the open box (end of a conversation or of a batch build)."""
         if self.box is not None and self.box.messages:
-            box, self.box = self.box, None
+            box, self.box, self.scores = self.box, None, []
             self.store.set_box_status(box.id, "sealed")
             yield from self.extract(box)
 

@@ -22,10 +22,10 @@ class Verbs:
 
     def history(self, id: int | tuple[str, str]) -> list[Change]:
         """Every change to a box (its id) or a message ((conversation_id, message_id)), oldest first, with its UTC
-        time: a message's add, update, delete; a box's add, seal, extract, re-extract, extract-failed, invalidate,
-        weave, delete (records.Change). A deleted record keeps its history (ids and events, never its text). A store
-        migrated from schema 1 starts its records' history then. NotFound when the id has no history and names no
-        record."""
+        time: a message's add, update, delete; a box's add, seal, split (its last messages refiled into a new box:
+        loom.cap_split), extract, re-extract, extract-failed, invalidate, weave, delete (records.Change). A deleted
+        record keeps its history (ids and events, never its text). A store migrated from schema 1 starts its
+        records' history then. NotFound when the id has no history and names no record."""
         if isinstance(id, int) and not isinstance(id, bool):
             changes = self.store.history(box_id=id)
             if not changes:

@@ -79,7 +79,8 @@ class Change:
     ISO 8601), to which record (`message_id`, or `box_id`), and facts about it (`detail`: ids and counts, never the
     text of a message, so that forgetting leaves none behind).
 
-    Message events: add, update, delete. Box events: add (opened, or imported), seal, extract, extract-failed,
+    Message events: add, update, delete. Box events: add (opened, or imported), seal, split (its last messages
+    refiled into a new box, detail `to_box`: loom.cap_split "weakest"), extract, extract-failed,
     invalidate (its record dropped: a message of it was updated or deleted), re-extract (extracted after that),
     weave, delete."""
 

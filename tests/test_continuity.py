@@ -202,6 +202,23 @@ def test_ce_sweep_chooses_by_tiage_dev_within_locomo_sizes_and_only_reports_dial
         sweep.main(base + ["--fit", str(fit), "--sets", "conv+ce"])
     assert exc.value.code == 2 and "--sets conv+ce: not in" in capsys.readouterr().err
 
+    # --whole: LoCoMo sizes of whole conversations are the condition; --gate: TIAGE dev no worse than it
+    gate = sorted(rows, key=lambda r: -r["sel"])[1]["dev"]  # a gate the best row may fail and the second meets
+    args = base + ["--fit", str(fit), "--sets", "ce", "cos+ce", "--set", "loom.cap_split=weakest", "--whole",
+                   "--gate", str(gate["pk"]), str(gate["wd"]), str(gate["f1"]), "--out", "w"]
+    assert sweep.main(args) == 0
+    report = json.loads((tmp_path / "runs/segmentation/w.json").read_text())
+    assert "whole" in report["rule"] and "no worse than" in report["rule"]
+    assert all(r["cap_split"] == "weakest" and "per_conversation" in r["locomo_whole"] for r in report["rows"])
+    ok = [r for r in report["rows"] if sweep.eligible(r, [gate["pk"], gate["wd"], gate["f1"]])]
+    (chosen,) = [r for r in report["rows"] if r.get("chosen")]
+    assert chosen["sel"] == max(r["sel"] for r in ok or report["rows"])
+    row = {"dev": {"pk": 0.30, "wd": 0.33, "f1": 0.50}, "locomo60": 7.0, "locomo_whole": {"mean": 8.4}}
+    assert not sweep.eligible(row, None)  # the whole conversations' size decides when it was measured
+    row["locomo_whole"]["mean"] = 7.9
+    assert sweep.eligible(row, None) and sweep.eligible(row, [0.305, 0.330, 0.496])
+    assert not sweep.eligible(row, [0.305, 0.329, 0.496]) and not sweep.eligible(row, [0.305, 0.330, 0.51])
+
 
 # ---- the cheaper link verification --------------------------------------------------------------
 def test_link_calls_show_only_voters_cut_and_bounded(tmp_path):

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from membox_local.loom import grounding, text_keywords
+from membox_local.config import load_config
+from membox_local.loom import grounding, split_point, text_keywords
 from membox_local.memory import Memory
 from membox_local.records import Message
 
@@ -53,6 +54,64 @@ def test_max_box_size_seals(memory):
     memory.config.loom.max_box_messages = 3
     memory.add(msgs("c", GARDEN * 2), seal=True)
     assert all(len(b.messages) <= 3 for b in memory.boxes("c"))
+
+
+def test_split_point_is_the_lowest_score_after_the_minimal_context():
+    lc = load_config("cpu").loom
+    lc.min_box_messages, lc.cap_split = 2, "weakest"
+    assert split_point(lc, [None, None, 0.9, 0.2, 0.5, 0.2]) == 5  # a tie: the later one
+    assert split_point(lc, [None, 0.01, 0.9, 0.7]) == 3  # index 1 is inside the minimal context
+    assert split_point(lc, [None, None, None]) is None  # nothing scored: the box seals as it is
+    lc.cap_split = "at-cap"
+    assert split_point(lc, [None, None, 0.9, 0.2]) is None
+
+
+def _partition(memory, conv):
+    return [[m.message_id for m in b.messages] for b in memory.boxes(conv)]
+
+
+def test_weakest_cap_split_recuts_a_full_box_where_the_judge_was_least_sure(tmp_path, cfg):
+    cfg.loom.threshold = -1.0  # the judge never opens a box: only the cap does
+    cfg.loom.max_box_messages = 6
+    at_cap = Memory(tmp_path / "a", cfg, backend=FakeBackend(), embedder=FakeEmbedder())
+    at_cap.add(msgs("d", GARDEN + CARS), seal=True)
+    assert [len(b.messages) for b in at_cap.boxes("d")] == [6, 1]  # at-cap: the box seals where it is full
+    at_cap.close()
+
+    cfg.loom.cap_split = "weakest"
+    memory = Memory(tmp_path / "w", cfg, backend=FakeBackend(), embedder=FakeEmbedder())
+    memory.add(msgs("d", GARDEN + CARS), seal=True)
+    boxes = memory.boxes("d")
+    assert [len(b.messages) for b in boxes] == [4, 3]  # cut at the garden -> car shift, the lowest score
+    assert all(b.status == "extracted" for b in boxes)
+    assert "highway" not in " ".join(boxes[0].keywords) and "tomatoes" in boxes[0].keywords
+    rows = memory.store.message_rows("d")
+    assert [r["decision"] for r in rows][4:] == ["split", "yes", "max-size-split"]
+    assert [c.event for c in memory.history(boxes[0].id)][:3] == ["add", "seal", "split"]
+    memory.close()
+
+
+def test_weakest_cap_split_agrees_with_the_segmentation_evaluator_and_survives_a_restart(tmp_path, cfg):
+    from membox_local.evaluation.segmentation import run_segmenter
+
+    cfg.loom.max_box_messages, cfg.loom.cap_split, cfg.loom.threshold = 5, "weakest", -1.0
+    rows = msgs("c", GARDEN + CARS + GARDEN + CARS, session="1")
+    decisions, _ = run_segmenter(cfg, {"c": rows}, embedder=FakeEmbedder())
+    starts = [i for i, d in enumerate(decisions["c"]) if not d.continues]
+    expected = [[m.message_id for m in rows[a:b]] for a, b in zip(starts, starts[1:] + [len(rows)])]
+    assert any(d.label == "split" for d in decisions["c"]) and all(len(b) <= 5 for b in expected)
+
+    one = Memory(tmp_path / "one", cfg, backend=FakeBackend(), embedder=FakeEmbedder())
+    one.add(rows, seal=True)
+    assert _partition(one, "c") == expected
+    two = Memory(tmp_path / "two", cfg, backend=FakeBackend(), embedder=FakeEmbedder())
+    two.add(rows[:7])
+    two.close()  # the open box's scores are read back from the store by the next Loom
+    two = Memory(tmp_path / "two", cfg, backend=FakeBackend(), embedder=FakeEmbedder())
+    two.add(rows[7:], seal=True)
+    assert _partition(two, "c") == expected
+    one.close()
+    two.close()
 
 
 def test_no_look_ahead_decisions_do_not_change_with_later_messages(tmp_path, cfg):

@@ -1,7 +1,7 @@
 """`membox eval segmentation`: the Loom's continue/new-box decision scored against human topic boundaries.
 
 Each dialogue's turns go through `loom.decide`, the same online rule the Loom uses (min-context rule and
-max box size included, no look-ahead), one session per dialogue. Scoring follows the SuperDialseg
+max box size and its split rule included, no look-ahead), one session per dialogue. Scoring follows the SuperDialseg
 convention (see ../shared/data/segmentation/README.md): per dialogue a 0/1 string with 1 on the last turn of
 each segment (the final turn always 0), nltk-style Pk and WindowDiff with k = max(2, round(turns / reference
 segments / 2)), binary boundary F1 (0 when neither side has a boundary, as sklearn's f1_score), macro-averaged.
@@ -116,11 +116,17 @@ def segment(lc: LoomConfig, judge: Judge, messages: Sequence[Message], progress=
     after each decision."""
     from ..loom import decide
 
-    box: list[Message] = []
     decisions: list[Decision] = []
+    start = 0  # index of the open box's first message
     for i, m in enumerate(messages):
-        d = yield from decide(lc, judge, box, m, messages[max(0, i - judge.history):i] if judge.history else ())
-        box = box + [m] if d.continues else [m]
+        d = yield from decide(lc, judge, messages[start:i], m,
+                              messages[max(0, i - judge.history):i] if judge.history else (),
+                              [x.score for x in decisions[start:i]])
+        if d.split_at is not None:  # the full box is cut: the message at the cut opens the box `m` continues
+            start += d.split_at
+            decisions[start] = Decision(False, "split", decisions[start].score)
+        elif not d.continues:
+            start = i
         decisions.append(d)
         if progress:
             progress(1)

@@ -79,6 +79,20 @@ class BoxTables:
                 (box_id, decision, score, m.conversation_id, m.message_id),
             )
 
+    def move_messages(self, messages: list[Message], from_box: int, to_box: int) -> None:
+        """Refile `messages` (the tail of the open box `from_box`) into the box `to_box`; the first of them is
+        labelled "split", the box it opens (loom.cap_split "weakest"). Recorded in `from_box`'s history."""
+        with self.transaction():
+            for i, m in enumerate(messages):
+                self.db.execute("UPDATE messages SET box_id=?, decision=CASE WHEN ? THEN 'split' ELSE decision END "
+                                "WHERE conversation_id=? AND message_id=? AND box_id=?",
+                                (to_box, i == 0, m.conversation_id, m.message_id, from_box))
+            self._record_box(from_box, "split", {"moved": len(messages), "to_box": to_box})
+
+    def box_scores(self, box_id: int) -> list[float | None]:
+        """The continue scores its messages were filed with (Decision.score), in order."""
+        return [r[0] for r in self.db.execute("SELECT score FROM messages WHERE box_id=? ORDER BY seq", (box_id,))]
+
     def filed_messages(self, conversation_id: str, last: int) -> list[Message]:
         """The conversation's `last` messages already filed into boxes, oldest first."""
         rows = self.db.execute(
