@@ -100,11 +100,15 @@ def first_60(config: str) -> str:
     return f"{load('segmentation-content.json')['configs_now'][config]['locomo']['mean']:.2f}"
 
 
+CE_SWEEP = "segmentation-ce-sweep-split.json"  # benchmarks/ce_sweep.py's rows; cpu-ce.toml is its chosen one
+CE_RECALL = "locomo-recall-ce-split.json"  # cpu-ce's boxes-only builds of the six LoCoMo dev conversations, recall
+
+
 def ce_box_sizes() -> list[str]:
     """cpu-ce's messages per box: whole conversations (its boxes-only builds of the recall run; mean, smallest,
     largest) and the first 60 messages of each (the sweep's chosen row: its set, offset and cap)."""
-    sizes = [b["utterances_per_box"] for b in load("locomo-recall-ce.json")["builds"].values()]
-    (sweep,) = [r["locomo60"] for r in load("segmentation-ce-sweep-lme.json")["rows"] if r.get("chosen")]
+    sizes = [b["utterances_per_box"] for b in load(CE_RECALL)["builds"].values()]
+    (sweep,) = [r["locomo60"] for r in load(CE_SWEEP)["rows"] if r.get("chosen")]
     return [f"{sum(sizes) / len(sizes):.2f}", f"{min(sizes):.2f}", f"{max(sizes):.2f}", f"{sweep:.2f}"]
 
 
@@ -131,7 +135,7 @@ LME_DATES = "longmemeval-qa-dev98-dates.json"  # the same with the date lines, b
 LME_GUARD = "longmemeval-qa-dev98-guard.json"  # the same with `--set answer.check_terms=true`
 LME_FULL_BUILD = "longmemeval-full-build.json"  # benchmarks/longmemeval_build_cost.py over three full builds
 LME_NOTALLY = "longmemeval-qa-dev98-notally.json"  # the three modes before totals were added up by the code
-SPEED = "build-speed-lean.json"  # benchmarks/build_speed.py, conv-26 and conv-30, cpu against cpu-ce
+SPEED = "build-speed-split-{}.json"  # benchmarks/build_speed.py, cpu against cpu-ce, one run per conversation
 
 # README phrase -> result file -> key path, and the figures read from it.
 README_FIGURES = [
@@ -191,7 +195,8 @@ README_FIGURES = [
      lambda: [str(len({r["qid"] for r in records(LME_RECALL.replace(".json", ".jsonl.gz")) if not r["abstention"]}))]
      + [lme(LME_RECALL, m, "retrieval", "recall@1000") for m in ("box-hits", "turn-rag", "turn-rag:length-cost")]),
     ("{} s and {} LLM prompt tokens per message, against {} s and {} with the default ({}x the messages per second)",
-     SPEED, "rows[conv-30]: after_s_per_msg, per_message.after.all.prompt_tokens, the same before, ratio",
+     SPEED.format("conv30"), "rows[conv-30]: after_s_per_msg, per_message.after.all.prompt_tokens, the same "
+     "before, ratio",
      lambda: speed_conv30()),
     ("judged right {}% with box-hits, {}% with turn-rag and {}% with full-context (deterministic {} / {} / {})",
      LME_QA98, "modes.*.qa.judge, right",
@@ -246,7 +251,7 @@ LME_MODES = ("box-hits", "turn-rag", "full-context")
 def test_continuity_judge_qa_gate_matches_the_saved_runs():
     text = normalise((REPO / "docs" / "continuity-judge.md").read_text())
     f1 = [pct(load(f"locomo-qa-conv30-{c}.json")["modes"]["box-hits"]["qa"]["overall"]["locomo_f1"]) for c in
-          ("cpu-ce", "cpu")]
+          ("cpu-ce-split", "cpu")]
     assert f"| {f1[0]} against the default's {f1[1]} |" in text
 
 
@@ -255,15 +260,16 @@ def test_cpu_ce_is_the_sweeps_choice_and_the_docs_say_its_figures():
     docs/continuity-judge.md show that row's TIAGE dev and DialSeg711 figures."""
     from membox_local.config import load_config
 
-    (row,) = [r for r in load("segmentation-ce-sweep-lme.json")["rows"] if r.get("chosen")]
+    (row,) = [r for r in load(CE_SWEEP)["rows"] if r.get("chosen")]
     loom = load_config("cpu-ce").loom
-    assert (loom.weights, loom.bias, loom.max_box_messages) == (row["weights"], row["bias"], row["cap"])
-    assert loom.ce_model == load("segmentation-ce-sweep-lme.json")["ce_model"]
+    assert (loom.weights, loom.bias, loom.max_box_messages, loom.cap_split) == (row["weights"], row["bias"], row["cap"],
+                                                                               row["cap_split"])
+    assert loom.ce_model == load(CE_SWEEP)["ce_model"]
     cells = "| {} | {} |".format(*(" / ".join(f"{row[ds][m]:.3f}" for m in ("pk", "wd", "f1"))
                                    for ds in ("dev", "dialseg711")))
     for doc in (BENCHMARKS, REPO / "docs" / "continuity-judge.md"):
         assert normalise(cells) in normalise(doc.read_text()).replace("**", ""), f"{doc.name} should show {cells}"
-    report = load("segmentation-report-dialseg711_test-cpu-ce.json")["configs"]["cpu-ce"]  # the same judge again
+    report = load("segmentation-report-dialseg711_test-cpu-ce-split.json")["configs"]["cpu-ce"]  # the same judge
     assert [report[m] for m in ("pk", "wd", "f1")] == [row["dialseg711"][m] for m in ("pk", "wd", "f1")]
     held_out = " / ".join(f"{report['after_553'][m]:.3f}" for m in ("pk", "wd", "f1"))
     assert normalise(f"{cells} {held_out} | {report['hyp_boundaries_per_dialogue']:.2f} |") in normalise(
@@ -272,15 +278,22 @@ def test_cpu_ce_is_the_sweeps_choice_and_the_docs_say_its_figures():
 
 def speed_row(conversation: str) -> list[str]:
     """cpu-ce's seconds, seconds per message, LLM prompt tokens sent and read per message, as BENCHMARKS.md shows."""
-    (row,) = [r for r in load(SPEED)["rows"] if r["conversation"] == conversation]
+    row = speed_run(conversation)
     every = row["per_message"]["after"]["all"]
     return [f"{row['after_s']:,.0f}", f"{row['after_s_per_msg']:.2f}", f"{every['prompt_tokens']:.1f}",
-            f"{every['read_tokens']:.1f}"]
+            f"{every['read_tokens']:.1f}", f"{every['calls']:.2f}"]
+
+
+def speed_run(conversation: str) -> dict:
+    """The side-by-side run of one conversation (its only row)."""
+    (row,) = load(SPEED.format(conversation.replace("-", "")))["rows"]
+    assert row["conversation"] == conversation
+    return row
 
 
 def speed_conv30() -> list[str]:
     """Seconds and LLM prompt tokens sent per message, cpu-ce then cpu, and the ratio, from the side-by-side run."""
-    (row,) = [r for r in load(SPEED)["rows"] if r["conversation"] == "conv-30"]
+    row = speed_run("conv-30")
     return [f"{row['after_s_per_msg']:.2f}", f"{row['per_message']['after']['all']['prompt_tokens']:.1f}",
             f"{row['before_s_per_msg']:.2f}", f"{row['per_message']['before']['all']['prompt_tokens']:.1f}",
             f"{row['ratio']:.2f}"]
@@ -369,15 +382,16 @@ BENCHMARKS_FIGURES = [
     ("| Qwen2.5-Coder-0.5B (the answering model before) | 313 | {} | {} | {} | {} |",
      lambda: [qa_by(ANSWERS, "qwen2.5-coder-0.5b", s) for s in ("locomo_f1", "mem0_f1", "mem0_bleu1", "membox_f1")]),
     ("**{} ({}-{})** | {} |", lambda: box_sizes("--config cpu") + [first_60("cpu")]),
-    ("| cross-encoder judge (configs/cpu-ce.toml, cap 12) | {} ({}-{}) | {} |", lambda: ce_box_sizes()),
+    ("| cross-encoder judge (configs/cpu-ce.toml, cap 13 cut at the weakest point) | {} ({}-{}) | {} |",
+     lambda: ce_box_sizes()),
     ("| conv-26: **cpu-ce** | **{}** | **{}** |", lambda: speed_row("conv-26")[:2]),
     ("| conv-30: **cpu-ce** | **{}** | **{}** |", lambda: speed_row("conv-30")[:2]),
-    ("| **{} ({})** | 0.13 |", lambda: speed_row("conv-26")[2:]),
-    ("| **{} ({})** | 0.15 |", lambda: speed_row("conv-30")[2:]),
-    ("| ratio, conv-26 / conv-30 / both | **{}x / {}x / {}x** |",
-     lambda: [f"{r['ratio']:.2f}" for r in load(SPEED)["rows"]] + [f"{load(SPEED)['total']['ratio']:.2f}"]),
+    ("| **{} ({})** | {} |", lambda: speed_row("conv-26")[2:]),
+    ("| **{} ({})** | {} |", lambda: speed_row("conv-30")[2:]),
+    ("| ratio, conv-26 / conv-30 | **{}x / {}x** |",
+     lambda: [f"{speed_run(c)['ratio']:.2f}" for c in ("conv-26", "conv-30")]),
     ("| box-hits | cross-encoder judge, cpu-ce ({} per box) | {} | {} | {} | {} |",
-     lambda: [ce_box_sizes()[0]] + [pct(load("locomo-recall-ce.json")["modes"]["box-hits"]["recall"][f"budget={b}"])
+     lambda: [ce_box_sizes()[0]] + [pct(load(CE_RECALL)["modes"]["box-hits"]["recall"][f"budget={b}"])
                                     for b in BUDGETS]),
     ("| event-graph | 231 | {} | {} | {} | {} |", lambda: [recall(EVENTWEAVE, "event-graph", b) for b in BUDGETS]),
     ("| event-graph-boxes (events pull in their boxes) | 231 | {} | {} | {} | {} |",

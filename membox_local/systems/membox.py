@@ -25,8 +25,8 @@ class BoxMemory(Component):
     before_key_existed = {
         "loom.judge": "embedding", "loom.window": 2, "loom.threshold": 0.3, "loom.prob_threshold": 0.5,
         "loom.min_box_messages": 2, "loom.max_box_messages": 24, "loom.cap_split": "at-cap",
-        "loom.seal_on_session_change": True, "loom.weights": {}, "loom.bias": 0.0, "loom.lm_knot": 1.0, "loom.history": 30, "loom.content_vector": "",
-        "loom.switch_ratio": 0.0,
+        "loom.seal_on_session_change": True, "loom.weights": {}, "loom.bias": 0.0, "loom.lm_knot": 1.0,
+        "loom.history": 30, "loom.content_vector": "", "loom.switch_ratio": 0.0,
         # the cross-encoder's file is read only with a `ce_continue` weight, which no store before it had
         "loom.ce_model": "content/ce-tiage-all-minilm-l6-v2.safetensors", "loom.ce_switch": 0.0,
         "extract.max_topic_chars": 80, "extract.max_keywords": 8, "extract.max_keyword_chars": 40,
