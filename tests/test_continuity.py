@@ -285,3 +285,35 @@ def test_a_new_line_longer_than_the_pair_is_scored():
     long_line = " ".join(f"https://example.com/{i}/a_b-c?d={i * 7919}&e=f" for i in range(64))
     (score,) = scorer.score([("I like tea. [SEP] Me too.", long_line)])
     assert score == score and abs(score) < 1e6  # a finite number
+
+
+@pytest.mark.integration
+def test_cpu_ce_cuts_full_boxes_at_their_weakest_point_with_the_real_models(tmp_path):
+    """configs/cpu-ce.toml's judge (MiniLM and the committed cross-encoder, no LLM) with a cap small enough to fill
+    boxes on the demo conversation: the Loom's boxes-only filing and the segmentation evaluator cut the same boxes
+    with the same labels, each within the cap, some of them by a split (which message: tests/test_loom.py)."""
+    from conftest import DEMO
+    from membox_local.evaluation.segmentation import run_segmenter
+    from membox_local.ingest import load_jsonl
+    from membox_local.loom import file_into_boxes
+    from membox_local.memory import Memory
+
+    cfg = load_config("cpu-ce", {"loom.max_box_messages": 4})
+    assert cfg.loom.cap_split == "weakest"
+    msgs = load_jsonl(DEMO)
+    conv = msgs[0].conversation_id
+    mine = [m for m in msgs if m.conversation_id == conv]
+    decisions, facts = run_segmenter(cfg, {conv: mine})
+    assert not facts["llm_usage"]  # no LLM request
+    dec = decisions[conv]
+    starts = [i for i, d in enumerate(dec) if not d.continues]
+    spans = list(zip(starts, starts[1:] + [len(mine)]))
+    assert all(b - a <= 4 for a, b in spans)
+    assert any(d.label == "split" for d in dec) and any(d.label == "max-size-split" for d in dec)
+    with Memory(tmp_path / "m", cfg) as mem:
+        mem.store.add_messages(mine)
+        file_into_boxes(mem, conv)
+        boxes = [[m.message_id for m in b.messages] for b in mem.store.boxes(conv)]
+        labels = [r["decision"] for r in mem.store.message_rows(conv)]
+    assert boxes == [[m.message_id for m in mine[a:b]] for a, b in spans]
+    assert labels == [d.label for d in dec]
