@@ -150,7 +150,9 @@ def decide(lc: LoomConfig, judge: Judge, open_box: Sequence[Message], m: Message
     if len(open_box) < lc.min_box_messages:
         return Decision(True, "min-context")
     if len(open_box) >= lc.max_box_messages:
-        k = split_point(lc, list(scores)[:len(open_box)])
+        if lc.cap_split == "weakest" and len(scores) != len(open_box):  # a caller's bug, never a silent at-cap
+            raise ValueError(f"cap_split 'weakest' needs the open box's {len(open_box)} scores, got {len(scores)}")
+        k = split_point(lc, scores)
         return Decision(False, "max-size") if k is None else Decision(True, "max-size-split", split_at=k)
     return (yield from judge.decide(open_box, m, list(earlier)[-judge.history:] if judge.history else []))
 

@@ -66,6 +66,17 @@ def test_split_point_is_the_lowest_score_after_the_minimal_context():
     assert split_point(lc, [None, None, 0.9, 0.2]) is None
 
 
+def test_weakest_cap_split_refuses_a_call_without_the_boxs_scores():
+    from membox_local.loom import decide
+
+    lc = load_config("cpu").loom
+    lc.max_box_messages, lc.cap_split = 3, "weakest"
+    box = msgs("c", GARDEN[:3])
+    step = decide(lc, None, box, msgs("c", CARS[:1], start=3)[0], scores=[None, None])
+    with pytest.raises(ValueError, match="needs the open box's 3 scores, got 2"):
+        next(step)
+
+
 def _partition(memory, conv):
     return [[m.message_id for m in b.messages] for b in memory.boxes(conv)]
 
