@@ -42,7 +42,7 @@ browser:
 
 demo: $(STAMP)
 	rm -rf stores/demo
-	$(BIN)/membox demo --store stores/demo --config cpu
+	$(BIN)/membox demo --store stores/demo
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q

@@ -44,8 +44,8 @@ def report(a) -> int:
     common = set.intersection(*({k[:3] for k in records if k[3] == w} for w in on)) if on else set()
     chosen = [r for k, r in records.items() if k[:3] in common]
     convs = sorted({k[0] for k in common})
-    s = Settings(conversations=convs, modes=["box-hits"], k=[10], budgets=[a.budget], qa_k=10, qa_budget=a.budget,
-                 answer_models=answerers)
+    s = Settings(config=a.config, conversations=convs, modes=["box-hits"], k=[10], budgets=[a.budget], qa_k=10,
+                 qa_budget=a.budget, answer_models=answerers)
     summary = summarise(chosen, s, load_config(a.config), {}, {"split": 0, "malformed": 0, "unknown": 0,
                                                                "questions_without_evidence": 0})
     print(f"<!-- {len(common)} questions answered by every model ({', '.join(on)}) in {', '.join(convs)}; "

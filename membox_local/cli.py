@@ -11,7 +11,7 @@ from pathlib import Path
 
 from .argtypes import Parser, count, nonblank, number
 from .backends.base import BackendError
-from .config import ConfigError, load_config
+from .config import DEFAULT_CONFIG, ConfigError, load_config
 from .ingest import InputError, load_messages
 from .weights import ModelNotFound
 from .store import StoreError
@@ -47,7 +47,7 @@ def cmd_build(args) -> int:
     from .memory import Memory, memory_config, preflight_models
 
     messages = load_messages(args.data, args.conversations)  # validated in full before any write
-    cfg = memory_config(args.store, args.config)  # no --config: the one the memory was built with, else cpu
+    cfg = memory_config(args.store, args.config)  # no --config: the one the memory was built with, else DEFAULT_CONFIG
     convs = list(dict.fromkeys(m.conversation_id for m in messages))
     if args.jobs is None:
         args.jobs = 1 if args.engine == "ray" else auto_jobs(cfg, len(convs), args.batch_size)
@@ -395,7 +395,7 @@ def _require_store(path: str) -> None:
 
 
 CONFIG_HELP = ("config name in configs/ or a .toml path (default: the config the memory was built with, stored in "
-               "it; cpu for a new memory)")
+               f"it; {DEFAULT_CONFIG} for a new memory)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -432,7 +432,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     pr = sub.add_parser("probe", help="measure the config's model here: prompt and generation tokens per second "
                                       "(the ceiling `membox build --profile` compares with)")
-    pr.add_argument("--config", default="cpu", help="config name in configs/ or a .toml path")
+    pr.add_argument("--config", default=DEFAULT_CONFIG,
+                    help=f"config name in configs/ or a .toml path (default {DEFAULT_CONFIG})")
     pr.add_argument("--jobs", type=count(1), default=1,
                     help="llama.cpp instances sharing the cores, as `membox build --jobs` (one prompt each per call)")
     pr.add_argument("--repeats", type=count(1), default=2, help="tries of each measure, the best kept")
@@ -481,7 +482,7 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument("store", help="memory folder (created if missing; must hold no messages)")
     i.add_argument("file", help="a file written by `membox export`")
     i.add_argument("--config", help="the config the memory was built with (default: the one the export file "
-                                    "carries; cpu for a file without one)")
+                                    f"carries; {DEFAULT_CONFIG} for a file without one)")
     i.add_argument("--quiet", action="store_true", help="no progress bar (for scripts)")
     i.set_defaults(func=cmd_import)
 

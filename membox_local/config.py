@@ -1,8 +1,9 @@
 """Typed configuration, loaded from TOML files: the package's own (membox_local/configs/<name>.toml, found the
 same way from a wheel and from a checkout) or a path the user passes.
 
-The dataclass defaults below are the shipped CPU default (configs/cpu.toml holds the same values with what
-each means and which command fitted it; a test keeps the two equal). A config may start with
+The dataclass defaults below are configs/cpu.toml's, the base every shipped config extends (cpu.toml holds the
+same values with what each means and which command fitted it; a test keeps the two equal). The config a new memory
+and every command take when none is named is DEFAULT_CONFIG. A config may start with
 `extends = "cpu"` (a package config's name, or a path relative to the file) and hold only what differs.
 Every value is checked when the file loads: unknown sections and keys, wrong types, names outside their
 enumeration and numbers outside their range fail with one line that names the file, the section and the key.
@@ -24,6 +25,10 @@ else:  # pragma: no cover
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 CONFIG_DIR = PACKAGE_DIR / "configs"  # package data: the configs users name with `--config NAME`
+# The config a new memory and every command take when none is named: on the CPU, the judge that makes no LLM call
+# (configs/cpu-ce.toml; it met every gate of the LLM-judged cpu.toml on dev data, docs/continuity-judge.md). A
+# memory built before keeps opening with the config stored in it.
+DEFAULT_CONFIG = "cpu-ce"
 
 # Names a config may use. The registries that implement them (backends.BACKENDS, judges.JUDGES,
 # systems.SYSTEMS) are checked against these lists by tests/test_config.py.
@@ -530,7 +535,7 @@ def read_config_data(path: Path, seen: tuple[Path, ...] = ()) -> dict[str, Any]:
     return _merge(read_config_data(parent_path, seen + (path.resolve(),)), data)
 
 
-def load_config(name_or_path: str | Path = "cpu", overrides: dict[str, Any] | None = None) -> Config:
+def load_config(name_or_path: str | Path = DEFAULT_CONFIG, overrides: dict[str, Any] | None = None) -> Config:
     """Load a config by name (the package's configs/<name>.toml) or path; `overrides` is {"section.key": value}
     (nested tables with more dots: "answer.llm.model")."""
     path = resolve_config_path(name_or_path)

@@ -1,6 +1,6 @@
 """`Memory`: the Python API. A folder holds the SQLite store and the derived vector indexes.
 
-    mem = Memory("my-memory", config="cpu")
+    mem = Memory("my-memory")   # or config="cpu-ce" (the default), a config name or a .toml path
     mem.add(messages)            # file messages into topic boxes (resumable, idempotent)
     mem.seal()                   # seal and extract open boxes (end of a conversation)
     mem.search("question", k=5)  # [(Box, score)]
@@ -63,7 +63,7 @@ class Memory(BuildSettings, Filing, Erasure, Verbs, Reading):
                  backend: Backend | Callable[[], Backend] | None = None, embedder: Embedder | None = None,
                  answer_backend: Backend | Callable[[], Backend] | None = None):
         """`config`: a Config, a config name or a .toml path; None: the config the folder was built with (its
-        snapshot, stored by the first build), or the default, cpu, for a new folder (`memory_config`)."""
+        snapshot, stored by the first build), or DEFAULT_CONFIG (cpu-ce) for a new folder (`memory_config`)."""
         self.path = Path(path)
         self._write_lock: WriteLock | None = None  # held while a write runs (writing), or till close (hold_write_lock)
         self._writer_token: str | None = None  # the lock's token when this Memory last took it

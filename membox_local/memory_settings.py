@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .config import Config, ConfigError, config_from_dict, load_config
+from .config import DEFAULT_CONFIG, Config, ConfigError, config_from_dict, load_config
 from .store import StoreError, built_systems, store_class
 from .systems import tables_for
 
@@ -38,9 +38,9 @@ def stored_config(path: str | Path) -> Config | None:
 
 def memory_config(path: str | Path, config: Config | str | Path | None = None) -> Config:
     """The config to open a memory folder with: `config` (a Config, a name or a .toml path) when given, else the one
-    the folder was built with (stored_config), else the default, cpu."""
+    the folder was built with (stored_config), else DEFAULT_CONFIG (cpu-ce)."""
     if config is None:
-        return stored_config(path) or load_config("cpu")
+        return stored_config(path) or load_config(DEFAULT_CONFIG)
     return config if isinstance(config, Config) else load_config(config)
 
 

@@ -1,6 +1,6 @@
 """`membox serve DIR`: the Memory verbs over HTTP (FastAPI, OpenAPI docs at /docs), messages filed in the background.
 
-    membox serve stores/alice [--host 127.0.0.1] [--port 8765] [--config cpu]
+    membox serve stores/alice [--host 127.0.0.1] [--port 8765] [--config cpu-ce]
 
 POST /memories answers 202 once its messages are committed to SQLite; one background thread, the filer, files them
 into boxes conversation by conversation, oldest first and in arrival order, with Memory.add's own pipeline

@@ -14,7 +14,7 @@ from membox_local.records import Message
 from membox_local.execution.batch import build_conversations
 
 from conftest import DEMO
-from membox_local.testing import FakeBackend, FakeEmbedder
+from membox_local.testing import FakeBackend, FakeContinuityScorer, FakeEmbedder
 
 LENGTHS = (40, 26, 12, 33, 7)  # unequal conversations, so slots free up at different rounds
 
@@ -34,7 +34,8 @@ def weaving_backend() -> FakeBackend:
             lines = [l.split(": ", 1)[1] for l in r.prompt.user.splitlines() if re.match(r"^[A-Z][\w ]*: ", l)]
             words = [w for w in re.findall(r"[a-z]+", " ".join(lines).lower()) if len(w) > 3]
             kws = list(dict.fromkeys(words))[:4]
-            return {"topic": " ".join(kws[:2]), "keywords": kws, "events": [l[:150] for l in lines][:4]}
+            out = {"topic": " ".join(kws[:2]), "keywords": kws, "events": [l[:150] for l in lines][:4]}
+            return {k: v for k, v in out.items() if k in r.schema["properties"]}  # keywords = "text": none asked
         if r.stage == "link":
             return {"continues": [1]}
         if r.stage == "trace-init":
@@ -176,12 +177,13 @@ def test_cli_build_batches_and_resumes(tmp_path, monkeypatch, capsys):
     """`membox build --batch-size`: validation first, one batched call per stage, a rerun files nothing."""
     import json
 
-    from membox_local import backends, memory
+    from membox_local import backends, continuity, memory
     from membox_local.cli import main
 
     backend = weaving_backend()
     monkeypatch.setattr(backends, "make_backend", lambda cfg: backend)
     monkeypatch.setattr(memory, "make_embedder", lambda cfg: FakeEmbedder())
+    monkeypatch.setitem(continuity.MODELS, "scorer", FakeContinuityScorer)  # the default's cross-encoder
     data = tmp_path / "many.jsonl"
     with open(data, "w") as fh:
         for conv, msgs in conversations().items():

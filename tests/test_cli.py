@@ -11,15 +11,16 @@ from pathlib import Path
 
 import pytest
 
-from membox_local import backends, memory
+from membox_local import backends, continuity, memory
 from membox_local.backends.base import JsonRequest, LabelRequest, Prompt
 from membox_local.cli import build_parser, main
+from membox_local.config import DEFAULT_CONFIG, load_config
 from membox_local.execution.progress import describe_requests
 from membox_local.ingest import InputError, load_jsonl, load_messages
 from membox_local.memory import Memory, stored_config
 from membox_local.requests import EmbedRequest
 from membox_local.retrieval import RETRIEVERS
-from membox_local.testing import FakeBackend, FakeEmbedder
+from membox_local.testing import FakeBackend, FakeContinuityScorer, FakeEmbedder
 
 from conftest import DEMO, REPO
 from test_batch import weaving_backend
@@ -34,6 +35,7 @@ def doubles(monkeypatch):
     monkeypatch.setattr(backends, "make_backend", lambda llm: FakeBackend())
     monkeypatch.setattr(memory, "make_embedder", lambda emb: FakeEmbedder())
     monkeypatch.setattr(memory, "preflight_models", lambda cfg, **kw: None)
+    monkeypatch.setitem(continuity.MODELS, "scorer", FakeContinuityScorer)  # the default's cross-encoder
 
 
 def config(tmp_path: Path, text: str = FAST, name: str = "fast") -> Path:
@@ -190,6 +192,23 @@ def test_a_memory_remembers_the_config_it_was_built_with(tmp_path, doubles, caps
     assert stored_config(store).name == "fast"  # asking never changes what the memory remembers
 
 
+def test_a_memory_built_with_the_old_default_keeps_it_and_a_new_one_takes_the_default(tmp_path, doubles, capsys):
+    """The CPU default moved from cpu to cpu-ce (DEFAULT_CONFIG): a memory built with cpu goes on with cpu when no
+    config is named (build, ask, the Python API); a new memory, given none, is built with cpu-ce."""
+    old, new = tmp_path / "old", tmp_path / "new"
+    assert main(["build", str(DEMO), "--store", str(old), "--config", "cpu", "--quiet"]) == 0
+    assert main(["build", str(DEMO), "--store", str(old), "--quiet"]) == 0  # no --config: its own, nothing refiled
+    assert main(["ask", str(old), "What is the name of Tom's cat?"]) == 0
+    with Memory(old) as mem:
+        assert mem.config.name == "cpu" and mem.config.loom.ce_model != load_config(DEFAULT_CONFIG).loom.ce_model
+    assert main(["build", str(DEMO), "--store", str(new), "--quiet"]) == 0
+    assert stored_config(new).name == DEFAULT_CONFIG == "cpu-ce"
+    capsys.readouterr()
+    assert main(["build", str(DEMO), "--store", str(old), "--config", DEFAULT_CONFIG]) == 2  # other build settings
+    [line] = error_lines(capsys.readouterr().err)
+    assert "was built with other settings" in line and "('cpu', stored in the folder" in line
+
+
 def test_serve_needs_no_config(tmp_path, doubles):
     from membox_local.server import open_service
 
@@ -316,4 +335,4 @@ def test_the_readme_python_snippet_runs_as_written(tmp_path, doubles, monkeypatc
     with Memory("stores/alice") as mem:
         msgs = mem.store.messages("alice")
         assert [m.speaker for m in msgs] == ["Alice", "Coach", "Alice"] and mem.boxes()
-        assert mem.config.name == "cpu" and stored_config("stores/alice").name == "cpu"
+        assert mem.config.name == DEFAULT_CONFIG and stored_config("stores/alice").name == DEFAULT_CONFIG

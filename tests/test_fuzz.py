@@ -41,16 +41,16 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from membox_local import backends, memory
+from membox_local import backends, continuity, memory
 from membox_local.cli import main, one_line
-from membox_local.config import ConfigError, load_config
+from membox_local.config import DEFAULT_CONFIG, ConfigError, load_config
 from membox_local.dates import absolute_day
 from membox_local.ingest import (CHAT, OPTIONAL, REQUIRED, TIMESTAMP_MAX_CHARS, InputError, as_messages, load_jsonl,
                                  load_messages)
 from membox_local.memory import Memory
 from membox_local.records import Message
 from membox_local.store import StoreError
-from membox_local.testing import FakeBackend, FakeEmbedder
+from membox_local.testing import FakeBackend, FakeContinuityScorer, FakeEmbedder
 from membox_local.weights import ModelNotFound, load_manifest, resolve_model
 
 N = int(os.environ.get("MEMBOX_FUZZ_EXAMPLES", "25"))
@@ -773,6 +773,7 @@ def doubles():
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(backends, "make_backend", lambda llm: FakeBackend())
         mp.setattr(memory, "make_embedder", lambda emb: FakeEmbedder())
+        mp.setitem(continuity.MODELS, "scorer", FakeContinuityScorer)  # the default's cross-encoder
         # the models' checks before a build (files found, servers answering) are for the real models: the model
         # names a config gives are fuzzed in test_configs (resolve_model)
         mp.setattr(memory, "preflight_models", lambda *a, **kw: None, raising=False)
@@ -947,7 +948,7 @@ API_BATCHES = st.one_of(  # (how the batch is passed, its items or the value its
 
 
 def api_config():
-    cfg = load_config("cpu")
+    cfg = load_config(DEFAULT_CONFIG)  # the config `membox build` gave the built store
     cfg.answer.llm = {}  # the double that builds also answers
     return cfg
 

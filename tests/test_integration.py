@@ -8,7 +8,7 @@ import pytest
 
 pytest.importorskip("llama_cpp")
 
-from membox_local.config import load_config
+from membox_local.config import DEFAULT_CONFIG, load_config
 from membox_local.ingest import load_jsonl
 from membox_local.memory import Memory
 
@@ -116,14 +116,29 @@ def test_json_fields_come_in_schema_order(built):
     assert res.raw.lstrip().startswith('{"zeta"') or res.raw.lstrip().startswith('{ "zeta"')
 
 
-def test_membox_demo_builds_shows_and_answers(tmp_path, capsys):
-    """`make demo`'s command, end to end on the real stack (with the fast model)."""
+@pytest.mark.parametrize("base", ["cpu", DEFAULT_CONFIG])
+def test_membox_demo_builds_shows_and_answers(tmp_path, capsys, base):
+    """`make demo`'s command, end to end on the real stack with the fast model: over cpu.toml (the LLM's PMI judges)
+    and over the default (cpu-ce: the cross-encoder judges, keywords by code, votes link without a call)."""
     from membox_local.cli import DEMO_QUESTIONS, main
+    from membox_local.memory import Memory
 
-    assert main(["demo", "--store", str(tmp_path / "demo"), "--config", "cpu-fast"]) == 0
+    config = tmp_path / "fast.toml"
+    config.write_text(f'extends = "{base}"\n\n[llm]\nmodel = "smollm2-135m"\n')  # what cpu-fast.toml does to cpu
+    assert main(["demo", "--store", str(tmp_path / "demo"), "--config", str(config)]) == 0
     out = capsys.readouterr().out
     assert out.count("Q: ") == len(DEMO_QUESTIONS) and out.count("A: ") == len(DEMO_QUESTIONS)
     assert "box 1 [" in out and (tmp_path / "demo" / "memory.db").exists()
+    with Memory(tmp_path / "demo") as mem:  # no config: the one stored at the build, the base's judge in it
+        want = load_config(base)
+        assert (mem.config.loom, mem.config.extract.keywords) == (want.loom, want.extract.keywords)
+        boxes = mem.boxes()
+        assert sum(len(b.messages) for b in boxes) == 40
+        assert all(len(b.messages) <= want.loom.max_box_messages for b in boxes)
+        if want.extract.keywords == "text":  # the default: each keyword is a word of its own box's text
+            texts = [" ".join(m.text for m in b.messages).lower() for b in boxes]
+            assert any(b.keywords for b in boxes)
+            assert all(k.lower() in text for b, text in zip(boxes, texts) for k in b.keywords)
 
 
 @pytest.mark.parametrize("config", ["cpu", "cpu-switch"])

@@ -21,7 +21,7 @@ from membox_local.memory import Memory
 from membox_local.profile import (EMBED, INDEX, PIPELINE, STORE, Ceiling, Span, StageClock, format_profile, probe,
                                   profile, token_weights)
 from membox_local.store import Store
-from membox_local.testing import FakeBackend, FakeEmbedder
+from membox_local.testing import FakeBackend, FakeContinuityScorer, FakeEmbedder
 
 from conftest import DEMO
 from test_batch import conversations, weaving_backend
@@ -308,10 +308,11 @@ def write_jsonl(path, convs: dict) -> None:
 
 @pytest.fixture
 def doubles(monkeypatch):
-    from membox_local import backends, memory
+    from membox_local import backends, continuity, memory
 
     monkeypatch.setattr(backends, "make_backend", lambda cfg: Clocked())
     monkeypatch.setattr(memory, "make_embedder", lambda cfg: FakeEmbedder())
+    monkeypatch.setitem(continuity.MODELS, "scorer", FakeContinuityScorer)
 
 
 def test_cli_build_profile_prints_the_table_and_puts_it_in_the_stats(tmp_path, capsys, doubles):
@@ -319,8 +320,8 @@ def test_cli_build_profile_prints_the_table_and_puts_it_in_the_stats(tmp_path, c
 
     data = tmp_path / "two.jsonl"
     write_jsonl(data, {c: msgs[:12] for c, msgs in list(conversations().items())[:2]})
-    args = ["build", str(data), "--store", str(tmp_path / "store"), "--batch-size", "2", "--jobs", "1", "--profile",
-            "--json"]
+    args = ["build", str(data), "--store", str(tmp_path / "store"), "--config", "cpu", "--batch-size", "2",
+            "--jobs", "1", "--profile", "--json"]  # cpu: its judge makes score requests, a stage of the table
     assert main(args) == 0
     out, err = capsys.readouterr()
     stats = json.loads(out)

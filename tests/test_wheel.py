@@ -50,13 +50,17 @@ def test_wheel_loads_the_default_config_and_manifest_outside_the_checkout(wheel_
         "cfg = c.load_config('cpu'); print(cfg.name, cfg.loom.judge, cfg.retrieve.mode)\n"
         "print(sorted(w.load_manifest()))\n"
         "print(sorted(p.stem for p in c.CONFIG_DIR.glob('*.toml')))\n"
-        "print(c.read_content_file(cfg.loom.content_vector)[0])\n")], cwd=outside, env=env)
+        "print(c.read_content_file(cfg.loom.content_vector)[0])\n"
+        "d = c.load_config(); print(d.name, d.loom.judge, c.resolve_ce_weights(d.loom.ce_model))\n")],
+        cwd=outside, env=env)
     lines = out.splitlines()
     assert lines[0].startswith(str(site)), lines[0]  # the wheel's copy, not the checkout
     assert lines[1] == "cpu hybrid box-hits"  # the package's cpu.toml, not ./configs/cpu.toml
     assert "qwen2.5-coder-0.5b" in lines[2] and "all-minilm-l6-v2" in lines[2]
     assert {"cpu", "cpu-fast", "cpu-minilm", "cpu-switch", "openai", "vllm"} <= set(eval(lines[3]))
     assert lines[4].startswith(str(site))
+    name, judge, ce_file = lines[5].split()  # the default, cpu-ce, finds its cross-encoder inside the wheel
+    assert (name, judge) == ("cpu-ce", "hybrid") and ce_file.startswith(str(site)) and ce_file.endswith(".safetensors")
 
 
 def test_wheel_console_script_runs(wheel_venv):

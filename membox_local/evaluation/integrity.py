@@ -283,11 +283,10 @@ def _short(xs: list) -> str:
 
 def _check_indexes(path: Path, embedder, config) -> list[str]:
     """Open the memory, bring its indexes up to date (Memory.sync) and check them against the store."""
-    from ..config import load_config
     from ..memory import Memory
 
-    try:
-        with Memory(path, config or load_config("cpu"), embedder=embedder) as mem:
+    try:  # config None: the one stored in the memory (memory_config)
+        with Memory(path, config, embedder=embedder) as mem:
             mem.sync()
     except Exception as exc:  # a memory that cannot be opened or synced is the problem reported
         return [f"index: opening the memory and syncing failed: {type(exc).__name__}: {exc}"]

@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..config import Config, load_config, parse_assignment
+from ..config import DEFAULT_CONFIG, Config, load_config, parse_assignment
 from ..ingest import InputError, read_json
 from ..records import Message
 from .scorers import score_all
@@ -45,7 +45,7 @@ _DIA_ID = re.compile(r"D(\d+):(\d+)")
 @dataclass
 class Settings:
     data: str = str(DEFAULT_DATA)
-    config: str = "cpu"
+    config: str = DEFAULT_CONFIG
     conversations: list[str] = field(default_factory=list)  # empty: every conversation in the file
     modes: list[str] = field(default_factory=list)  # empty: every registered mode
     k: list[int] = field(default_factory=list)  # empty: the config's retrieve.k
@@ -533,7 +533,8 @@ def cmd_locomo(args) -> int:
 def add_parser(subparsers) -> None:
     p = subparsers.add_parser("locomo", help="LoCoMo evidence recall and QA for each retrieval mode")
     p.add_argument("--data", default=str(DEFAULT_DATA), help="a LoCoMo-format .json file")
-    p.add_argument("--config", default="cpu", help="config name in configs/ or a .toml path")
+    p.add_argument("--config", default=DEFAULT_CONFIG,
+                   help=f"config name in configs/ or a .toml path (default {DEFAULT_CONFIG})")
     p.add_argument("--conversations", nargs="*", help="sample ids (default: all in the file)")
     p.add_argument("--modes", nargs="*", help="retrieval modes (default: every registered mode)")
     p.add_argument("--k", nargs="*", type=count(1), help="evidence recall at each k, no budget (default: config k)")

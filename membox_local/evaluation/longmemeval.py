@@ -32,7 +32,7 @@ from typing import Any
 
 from ..argtypes import count
 from ..backends.base import LabelRequest, Prompt
-from ..config import Config, load_config, parse_assignment
+from ..config import DEFAULT_CONFIG, Config, load_config, parse_assignment
 from ..dates import resolve_relative
 from ..ingest import InputError
 from ..records import Message
@@ -520,8 +520,8 @@ def cmd_longmemeval(args) -> int:
 def add_parser(subparsers) -> None:
     p = subparsers.add_parser("longmemeval", help="LongMemEval: session/turn retrieval and judged QA per mode")
     p.add_argument("--data", default=str(DEFAULT_DATA), help="a LongMemEval file (S, M or oracle; .json or .json.gz)")
-    p.add_argument("--config", default="cpu-ce", help="config name or .toml path (default cpu-ce: no LLM call to "
-                                                     "file a message)")
+    p.add_argument("--config", default=DEFAULT_CONFIG, help=f"config name or .toml path (default {DEFAULT_CONFIG}: no "
+                                                             "LLM call to file a message)")
     p.add_argument("--types", nargs="*", metavar="TYPE", help=f"only these question types ({', '.join(TYPES)})")
     p.add_argument("--questions", nargs="*", metavar="ID", help="only these question ids (e.g. the abstention "
                                                                 "ones, whose ids end in _abs)")

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from ..config import Config, LoomConfig, load_config
+from ..config import DEFAULT_CONFIG, Config, LoomConfig, load_config
 from ..ingest import InputError, read_json
 from ..judges import JUDGES, Decision, Judge, make_judge
 from ..records import Message
@@ -268,7 +268,8 @@ def add_parser(subparsers) -> None:
     p.add_argument("--data", required=True, help="segmentation JSON ({id, turns, boundaries} list)")
     p.add_argument("--judge",
                    help=f"continuity judge: {', '.join(sorted(JUDGES))} (default: the config's [loom] judge)")
-    p.add_argument("--config", default="cpu", help="config name in configs/ or a .toml path")
+    p.add_argument("--config", default=DEFAULT_CONFIG,
+                   help=f"config name in configs/ or a .toml path (default {DEFAULT_CONFIG})")
     p.add_argument("--limit", type=count(1), help="only the first N dialogues")
     p.add_argument("--set", action="append", metavar="SECTION.KEY=VALUE",
                    help="override a config value, e.g. --set loom.min_box_messages=1 (repeatable)")
