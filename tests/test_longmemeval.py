@@ -368,3 +368,29 @@ def test_the_guard_on_the_real_cpu_stack(tmp_path):
     assert recs["q9_abs"]["reply"].startswith("not mentioned") and "Porto" in recs["q9_abs"]["reply"]
     assert recs["q1"]["reply"].strip() and "Porto" not in recs["q1"]["reply"]  # the model's own answer
     assert summary["modes"]["box-hits"]["qa"]["abstention"]["abstained"] == 100.0
+
+
+def test_the_report_splits_questions_by_which_context_held_more_evidence(capsys):
+    """benchmarks/longmemeval_report.py compare: answerable questions only, both modes needed, each part's counts."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "benchmarks" / "longmemeval_report.py"
+    spec = importlib.util.spec_from_file_location("longmemeval_report", path)
+    report = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(report)
+
+    def rec(qid, mode, recall, judge, abstention=False):
+        return {"qid": qid, "mode": mode, "recall@1000": recall, "judge": judge, "abstention": abstention}
+
+    records = [rec("a", "box-hits", 1.0, 0.0), rec("a", "turn-rag", 0.5, 1.0),   # box-hits showed more
+               rec("b", "box-hits", 0.5, 1.0), rec("b", "turn-rag", 0.5, 1.0),   # as much
+               rec("c", "box-hits", 0.0, 0.0), rec("c", "turn-rag", 1.0, 1.0),   # turn-rag showed more
+               rec("d", "box-hits", 1.0, 1.0),                                    # one mode only: left out
+               rec("e_abs", "box-hits", 1.0, 1.0, True), rec("e_abs", "turn-rag", 0.0, 0.0, True)]  # abstention
+    rows = {r["part"]: r for r in report.compare(records, "box-hits", "turn-rag")}
+    assert [(r["questions"], r["box-hits right"], r["turn-rag right"]) for r in rows.values()] == [
+        (1, 0.0, 1.0), (1, 1.0, 1.0), (1, 0.0, 1.0)]
+    assert rows["box-hits more"]["box-hits recall"] == 1.0 and rows["box-hits more"]["turn-rag recall"] == 0.5
+    table = report._compare_table(list(rows.values()))
+    assert table.splitlines()[2] == "| box-hits more | 1 | 0 | 1 | 100.0 | 50.0 |"
