@@ -3,13 +3,15 @@
     python benchmarks/longmemeval_report.py save runs/lme-retrieval --as longmemeval-retrieval   # keep a run
     python benchmarks/longmemeval_report.py show longmemeval-retrieval                            # its tables
     python benchmarks/longmemeval_report.py compare longmemeval-qa-dev98 box-hits turn-rag        # where A shows more
+    python benchmarks/longmemeval_report.py versus longmemeval-retrieval-dev-s4 longmemeval-retrieval-dev  # two runs
 
 `save` copies a run's summary (benchmarks/results/NAME.json) and its per-question records, gzipped
 (benchmarks/results/NAME.jsonl.gz: ids, types, metrics and the model's replies; no text of the dataset's
 histories); `show` prints the Markdown tables (membox_local.evaluation.longmemeval.markdown) from the saved summary;
 `compare` splits the answerable questions by whether mode A's context held more of the evidence turns than mode B's
 (recall at the budget) and counts each mode's answers judged right in each part: does more evidence give more right
-answers?
+answers?; `versus` sets two saved runs side by side on the answerable questions both hold (e.g. the boxes of two
+judges), per mode: mean recall figures and how many questions' evidence recall at 1000 tokens differs.
 """
 from __future__ import annotations
 
@@ -47,6 +49,33 @@ def compare(records: list[dict], a: str, b: str, budget: int = 1000) -> list[dic
     return rows
 
 
+VERSUS_KEYS = ("session_any@5", "turn_any@5", "recall@500", "recall@1000", "recall@2000")
+
+
+def versus(new: list[dict], old: list[dict], modes: list[str]) -> list[dict]:
+    """Per mode, over the answerable questions both runs hold: each run's mean of VERSUS_KEYS (x100) and how many
+    questions' recall@1000 differs between them."""
+    def index(records):
+        return {(r["qid"], r["mode"]): r for r in records if not r.get("abstention") and "recall@1000" in r}
+
+    a, b = index(new), index(old)
+    rows = []
+    for mode in modes:
+        both = sorted(q for (q, m) in a if m == mode and (q, mode) in b)
+        for name, runs in (("new", a), ("old", b)):
+            rs = [runs[(q, mode)] for q in both]
+            rows.append({"mode": mode, "run": name, "questions": len(both),
+                         **{k: round(100 * sum(r[k] for r in rs) / len(rs), 1) if rs else 0.0 for k in VERSUS_KEYS},
+                         "recall@1000 differs": sum(a[(q, mode)]["recall@1000"] != b[(q, mode)]["recall@1000"]
+                                                    for q in both)})
+    return rows
+
+
+def _saved_records(name: str) -> list[dict]:
+    with gzip.open(RESULTS / f"{name}.jsonl.gz", "rt") as fh:
+        return [json.loads(line) for line in fh]
+
+
 def _compare_table(rows: list[dict]) -> str:
     cols = list(rows[0])
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
@@ -69,6 +98,10 @@ def main(argv=None) -> int:
     c.add_argument("a")
     c.add_argument("b")
     c.add_argument("--budget", type=int, default=1000, help="the context-token budget whose recall splits (1000)")
+    w = sub.add_parser("versus", help="two saved runs side by side on the questions both hold")
+    w.add_argument("new")
+    w.add_argument("old")
+    w.add_argument("--modes", nargs="+", default=["box-hits", "turn-rag"])
     args = p.parse_args(argv)
     if args.cmd == "save":
         run = Path(args.run)
@@ -78,9 +111,13 @@ def main(argv=None) -> int:
         print(f"saved {RESULTS / args.name}.json and .jsonl.gz")
         return 0
     if args.cmd == "compare":
-        with gzip.open(RESULTS / f"{args.name}.jsonl.gz", "rt") as fh:
-            records = [json.loads(line) for line in fh]
-        print(_compare_table(compare(records, args.a, args.b, args.budget)))
+        print(_compare_table(compare(_saved_records(args.name), args.a, args.b, args.budget)))
+        return 0
+    if args.cmd == "versus":
+        rows = versus(_saved_records(args.new), _saved_records(args.old), args.modes)
+        cols = list(rows[0])
+        print("\n".join(["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+                        + ["| " + " | ".join(str(r[c]) for c in cols) + " |" for r in rows]))
         return 0
     print(markdown(json.loads((RESULTS / f"{args.name}.json").read_text())))
     return 0

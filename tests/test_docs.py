@@ -118,13 +118,40 @@ def ce_dev() -> str:
     return " / ".join(f"{row['dev'][m]:.3f}" for m in ("pk", "wd", "f1"))
 
 
-def lme_compare() -> list[str]:
-    """benchmarks/longmemeval_report.py compare over the saved QA records: box-hits showed more, then as much."""
+def lme_report():
+    """benchmarks/longmemeval_report.py, loaded as a module."""
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("longmemeval_report", REPO / "benchmarks" / "longmemeval_report.py")
     report = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(report)
+    return report
+
+
+def lme_s4_boxes() -> list:
+    """Every fourth LongMemEval dev history filed by today's default: histories, turns, boxes, turns per box."""
+    hs = load("longmemeval-boxes-dev-s4.json")["histories"]
+    turns, boxes = sum(h["messages"] for h in hs), sum(h["boxes"] for h in hs)
+    assert all(h["failed_boxes"] == 0 for h in hs)
+    return [len(hs), turns, boxes, f"{turns / boxes:.1f}"]
+
+
+def lme_s4_versus() -> list[str]:
+    """The refiled sample against the saved 98-question run on the same questions: equal, no question differing."""
+    report = lme_report()
+    rows = report.versus(report._saved_records("longmemeval-retrieval-dev-s4"),
+                         report._saved_records("longmemeval-retrieval-dev"), ["box-hits", "turn-rag"])
+    got = {(r["mode"], r["run"]): r for r in rows}
+    for mode in ("box-hits", "turn-rag"):
+        assert got[(mode, "new")]["recall@1000"] == got[(mode, "old")]["recall@1000"]
+        assert got[(mode, "new")]["recall@1000 differs"] == 0
+    return [str(rows[0]["questions"]), f"{got[('box-hits', 'new')]['recall@1000']:.1f}",
+            f"{got[('turn-rag', 'new')]['recall@1000']:.1f}"]
+
+
+def lme_compare() -> list[str]:
+    """benchmarks/longmemeval_report.py compare over the saved QA records: box-hits showed more, then as much."""
+    report = lme_report()
     more, same, _ = report.compare(list(records(LME_QA98.replace(".json", ".jsonl.gz"))), "box-hits", "turn-rag")
     return [str(more["questions"]), f"{100 * more['box-hits recall']:.1f}", f"{100 * more['turn-rag recall']:.1f}",
             f"{more['box-hits right']:.0f}", f"{more['turn-rag right']:.0f}", str(same["questions"]),
@@ -243,6 +270,11 @@ README_FIGURES = [
      "tokens, the 1.5B model was judged right {} times with box-hits and {} with turn-rag, and on the {} where both held "
      "as much, {} and {}", LME_QA98.replace(".json", ".jsonl.gz"), "longmemeval_report.compare(box-hits, turn-rag)",
      lambda: lme_compare()),
+    ("{} histories, {:,} turns in {:,} boxes: {} turns per box", "longmemeval-boxes-dev-s4.json",
+     "histories: count, messages, boxes", lambda: lme_s4_boxes()),
+    ("leaves the retrieval figures of its {} answerable questions as they were: box-hits {}% and turn-rag {}% of the "
+     "evidence turns at 1000 tokens with either judge's boxes", "longmemeval-retrieval-dev-s4.jsonl.gz",
+     "longmemeval_report.versus(s4, dev): recall@1000, equal in both runs", lambda: lme_s4_versus()),
     ("QA on all {}, judged right by the 1.5B model: box-hits {}%, turn-rag {}%, full context {}%", LME_QA98,
      "questions; modes.*.qa.judge", lambda: [load(LME_QA98)["questions"]] + [lme(LME_QA98, m, "qa", "judge")
                                               for m in LME_MODES]),

@@ -394,3 +394,12 @@ def test_the_report_splits_questions_by_which_context_held_more_evidence(capsys)
     assert rows["box-hits more"]["box-hits recall"] == 1.0 and rows["box-hits more"]["turn-rag recall"] == 0.5
     table = report._compare_table(list(rows.values()))
     assert table.splitlines()[2] == "| box-hits more | 1 | 0 | 1 | 100.0 | 50.0 |"
+
+    for r in records:  # `versus`: two runs of the same questions; the second with one recall changed
+        r.update({k: 1.0 for k in report.VERSUS_KEYS if k != "recall@1000"})
+    old = [dict(r, **({"recall@1000": 0.0} if (r["qid"], r["mode"]) == ("b", "box-hits") else {})) for r in records]
+    rows = {(r["mode"], r["run"]): r for r in report.versus(records, old, ["box-hits", "turn-rag"])}
+    box, box_old, turn = rows[("box-hits", "new")], rows[("box-hits", "old")], rows[("turn-rag", "new")]
+    assert (box["questions"], turn["questions"]) == (4, 3)  # per mode, the answerable questions both runs hold
+    assert (box["recall@1000"], box_old["recall@1000"], box["recall@500"]) == (62.5, 50.0, 100.0)
+    assert (box["recall@1000 differs"], turn["recall@1000 differs"]) == (1, 0)
