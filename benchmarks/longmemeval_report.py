@@ -76,13 +76,22 @@ def _saved_records(name: str) -> list[dict]:
         return [json.loads(line) for line in fh]
 
 
-def _compare_table(rows: list[dict]) -> str:
+def _table(rows: list[dict], cell=lambda key, value: str(value)) -> str:
+    """Rows of one shape as a Markdown table, their keys the header."""
     cols = list(rows[0])
-    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    for r in rows:
-        lines.append("| " + " | ".join(f"{v:.0f}" if isinstance(v, float) and not k.endswith("recall") else
-                                       f"{100 * v:.1f}" if isinstance(v, float) else str(v) for k, v in r.items()) + " |")
-    return "\n".join(lines)
+    return "\n".join(["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+                     + ["| " + " | ".join(cell(k, r[k]) for k in cols) + " |" for r in rows])
+
+
+def _compare_cell(key: str, value) -> str:
+    """compare's cells: recall as a percentage, answers judged right as a count."""
+    if isinstance(value, float):
+        return f"{100 * value:.1f}" if key.endswith("recall") else f"{value:.0f}"
+    return str(value)
+
+
+def _compare_table(rows: list[dict]) -> str:
+    return _table(rows, _compare_cell)
 
 
 def main(argv=None) -> int:
@@ -114,10 +123,7 @@ def main(argv=None) -> int:
         print(_compare_table(compare(_saved_records(args.name), args.a, args.b, args.budget)))
         return 0
     if args.cmd == "versus":
-        rows = versus(_saved_records(args.new), _saved_records(args.old), args.modes)
-        cols = list(rows[0])
-        print("\n".join(["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-                        + ["| " + " | ".join(str(r[c]) for c in cols) + " |" for r in rows]))
+        print(_table(versus(_saved_records(args.new), _saved_records(args.old), args.modes)))
         return 0
     print(markdown(json.loads((RESULTS / f"{args.name}.json").read_text())))
     return 0

@@ -17,6 +17,16 @@ DATA_DIR = Path(os.environ.get("MEMBOX_DATA", REPO.parent / "shared" / "data"))
 DEMO = REPO / "membox_local" / "data" / "demo.jsonl"
 
 
+def benchmark_script(name: str):
+    """A benchmarks/ script loaded as a module (its logic tested on the doubles or on saved results)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, REPO / "benchmarks" / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
 @pytest.fixture
 def cfg() -> Config:
     c = load_config("cpu")

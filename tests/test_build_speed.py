@@ -4,24 +4,14 @@ schema's bounds), the refusal of a used work folder, the Markdown table, the lin
 themselves are tested on the real engine in tests/test_backend_contract.py."""
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 
 from membox_local.ingest import load_jsonl
 from membox_local.records import Message
 
-from conftest import DEMO
+from conftest import DEMO, benchmark_script
 
-REPO = Path(__file__).resolve().parent.parent
-
-
-def script(name: str):
-    spec = importlib.util.spec_from_file_location(name, REPO / "benchmarks" / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+script = benchmark_script
 
 
 def test_prefix_keeps_the_first_sessions_in_the_order_they_appear():

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import benchmark_script
+
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "benchmarks" / "results"
 README = REPO / "README.md"
@@ -129,12 +131,7 @@ def judge_qa() -> list[str]:
 
 def lme_report():
     """benchmarks/longmemeval_report.py, loaded as a module."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("longmemeval_report", REPO / "benchmarks" / "longmemeval_report.py")
-    report = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(report)
-    return report
+    return benchmark_script("longmemeval_report")
 
 
 def lme_s4_boxes() -> list:

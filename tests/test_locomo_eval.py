@@ -16,6 +16,8 @@ from membox_local.retrieval import count_tokens, make_retriever
 
 from membox_local.testing import FakeBackend, FakeEmbedder
 
+from conftest import benchmark_script
+
 SESSION_1 = [
     ("Ann", "I planted cherry tomatoes in my garden this weekend"),
     ("Bob", "Cherry tomatoes need lots of sun in the garden"),
@@ -67,16 +69,7 @@ def _settings(tmp_path, data, **kw):
     return Settings(**base)
 
 
-def script(name: str):
-    """A benchmarks/ script loaded as a module (its logic tested on the doubles)."""
-    import importlib.util
-    from pathlib import Path
-
-    spec = importlib.util.spec_from_file_location(name, Path(__file__).resolve().parent.parent / "benchmarks" /
-                                                  f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+script = benchmark_script
 
 
 def _event_graph_build(tmp_path, data):

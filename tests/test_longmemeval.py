@@ -15,6 +15,8 @@ from membox_local.evaluation import longmemeval as lme
 from membox_local.ingest import InputError
 from membox_local.testing import FakeBackend, FakeEmbedder
 
+from conftest import benchmark_script
+
 pytestmark = pytest.mark.numeric  # rankings go through BLAS cosines
 
 
@@ -370,15 +372,9 @@ def test_the_guard_on_the_real_cpu_stack(tmp_path):
     assert summary["modes"]["box-hits"]["qa"]["abstention"]["abstained"] == 100.0
 
 
-def test_the_report_splits_questions_by_which_context_held_more_evidence(capsys):
+def test_the_report_splits_questions_by_which_context_held_more_evidence():
     """benchmarks/longmemeval_report.py compare: answerable questions only, both modes needed, each part's counts."""
-    import importlib.util
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parent.parent / "benchmarks" / "longmemeval_report.py"
-    spec = importlib.util.spec_from_file_location("longmemeval_report", path)
-    report = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(report)
+    report = benchmark_script("longmemeval_report")
 
     def rec(qid, mode, recall, judge, abstention=False):
         return {"qid": qid, "mode": mode, "recall@1000": recall, "judge": judge, "abstention": abstention}
