@@ -398,14 +398,8 @@ CONFIG_HELP = ("config name in configs/ or a .toml path (default: the config the
                f"it; {DEFAULT_CONFIG} for a new memory)")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    from . import __version__
-    from .retrieval import RETRIEVERS
-
-    p = Parser(prog="membox", description="Topic-continuity memory on local models.")
-    p.add_argument("--version", action="version", version=f"membox {__version__}")
-    sub = p.add_subparsers(dest="cmd", required=True)
-
+def _add_build(sub) -> None:
+    """`membox build`."""
     b = sub.add_parser("build", help="file a conversation file (LoCoMo .json or messages .jsonl) into a memory")
     b.add_argument("data", help="a LoCoMo .json file, or a .jsonl file of messages (one JSON object per line)")
     b.add_argument("--store", required=True, help="memory folder (created if missing)")
@@ -430,6 +424,9 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--quiet", action="store_true", help="no progress bar and no progress lines (for scripts)")
     b.set_defaults(func=cmd_build)
 
+
+def _add_probe(sub) -> None:
+    """`membox probe`."""
     pr = sub.add_parser("probe", help="measure the config's model here: prompt and generation tokens per second "
                                       "(the ceiling `membox build --profile` compares with)")
     pr.add_argument("--config", default=DEFAULT_CONFIG,
@@ -439,6 +436,11 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--repeats", type=count(1), default=2, help="tries of each measure, the best kept")
     pr.add_argument("--json", action="store_true", help="print the measures as JSON")
     pr.set_defaults(func=cmd_probe)
+
+
+def _add_ask(sub) -> None:
+    """`membox ask`."""
+    from .retrieval import RETRIEVERS
 
     a = sub.add_parser("ask", help="answer questions from a memory")
     a.add_argument("store", help="memory folder (built by `membox build`)")
@@ -455,6 +457,9 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("-v", "--verbose", action="store_true", help="print the context too")
     a.set_defaults(func=cmd_ask)
 
+
+def _add_show(sub) -> None:
+    """`membox show`."""
     s = sub.add_parser("show", help="print boxes with topics, keywords and events")
     s.add_argument("store", help="memory folder")
     s.add_argument("--conversation", type=nonblank, help="only this conversation (default: every one)")
@@ -465,6 +470,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="print the event graph (eventweave): nodes with their events and dates, edges by kind")
     s.set_defaults(func=cmd_show)
 
+
+def _add_forget(sub) -> None:
+    """`membox forget`."""
     f = sub.add_parser("forget", help="erase a conversation or some of its messages, and all derived from them")
     f.add_argument("store", help="memory folder")
     f.add_argument("--conversation", type=nonblank, required=True, help="conversation id")
@@ -473,6 +481,9 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--config", help=CONFIG_HELP)
     f.set_defaults(func=cmd_forget)
 
+
+def _add_export_import(sub) -> None:
+    """`membox export` and `membox import`."""
     x = sub.add_parser("export", help="write a memory as JSON lines (header, then messages, boxes, traces)")
     x.add_argument("store", help="memory folder")
     x.add_argument("-o", "--output", metavar="FILE", help="write to FILE (owner-only) instead of stdout")
@@ -486,13 +497,25 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument("--quiet", action="store_true", help="no progress bar (for scripts)")
     i.set_defaults(func=cmd_import)
 
+
+def _add_demo(sub) -> None:
+    """`membox demo`."""
     d = sub.add_parser("demo", help="build the bundled demo conversation and ask it questions")
     d.add_argument("--store", default="stores/demo", help="memory folder (default: stores/demo)")
     d.add_argument("--config", help=CONFIG_HELP)
     d.set_defaults(func=cmd_demo)
 
+
+def build_parser() -> argparse.ArgumentParser:
     import importlib
 
+    from . import __version__
+
+    p = Parser(prog="membox", description="Topic-continuity memory on local models.")
+    p.add_argument("--version", action="version", version=f"membox {__version__}")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    for add in (_add_build, _add_probe, _add_ask, _add_show, _add_forget, _add_export_import, _add_demo):
+        add(sub)
     ev = sub.add_parser("eval", help="evaluations (LoCoMo QA and retrieval, topic segmentation)")
     evsub = ev.add_subparsers(dest="eval_cmd", required=True)
     for name in EVAL_MODULES:

@@ -357,13 +357,6 @@ def create_app(memory: Memory, reader: Memory | None = None, *, api_key: str | N
     write_wait_s, retry_s, poll_s. The Service is `app.state.service`."""
     from contextlib import asynccontextmanager
 
-    from fastapi import Path as P, Query
-    from fastapi.exceptions import RequestValidationError
-    from fastapi.responses import JSONResponse
-    from starlette.exceptions import HTTPException
-
-    from . import api_models as m
-
     service = Service(memory, reader, **service_options)
 
     @asynccontextmanager
@@ -381,8 +374,18 @@ def create_app(memory: Memory, reader: Memory | None = None, *, api_key: str | N
     app = FastAPIOffline(title="membox", version="1", lifespan=lifespan,
                          description="Long-term conversational memory in topic boxes (membox_local), on local models.")
     app.state.service = service
-    cid = P(min_length=1, max_length=m.MAX_ID_CHARS, description="conversation id")
-    mid = P(min_length=1, max_length=m.MAX_ID_CHARS, description="message id")
+    add_error_handlers(app)
+    add_memory_routes(app, service)
+    add_conversation_routes(app, service)
+    app.add_middleware(Guard, api_key=api_key, local=local)
+    return app
+
+
+def add_error_handlers(app) -> None:
+    """Every error answered as one JSON line {"error": ...} with the status STATUS_OF gives its class."""
+    from fastapi.exceptions import RequestValidationError
+    from fastapi.responses import JSONResponse
+    from starlette.exceptions import HTTPException
 
     def error(status: int, line: str) -> JSONResponse:
         return JSONResponse({"error": one_line(line)}, status_code=status)
@@ -393,6 +396,16 @@ def create_app(memory: Memory, reader: Memory | None = None, *, api_key: str | N
     app.add_exception_handler(HTTPException, lambda request, exc: error(exc.status_code, str(exc.detail)))
     app.add_exception_handler(Exception, lambda request, exc: error(500, f"internal error: {type(exc).__name__}: "
                                                                           f"{exc}"))
+
+
+def add_memory_routes(app, service: "Service") -> None:
+    """/health, /status, /memories (add, search, one box), /history, /reset and /answer."""
+    from fastapi import Path as P, Query
+
+    from . import api_models as m
+
+    cid = P(min_length=1, max_length=m.MAX_ID_CHARS, description="conversation id")
+    mid = P(min_length=1, max_length=m.MAX_ID_CHARS, description="message id")
 
     @app.get("/health", summary="the server answers")
     def health() -> dict:
@@ -420,6 +433,37 @@ def create_app(memory: Memory, reader: Memory | None = None, *, api_key: str | N
     def get_box(box_id: int = P(ge=1, le=2**62)) -> dict:
         return service.get(box_id)
 
+    @app.get("/history/boxes/{box_id}", summary="a box's changes, oldest first")
+    def box_history(box_id: int = P(ge=1, le=2**62)) -> dict:
+        return service.history(box_id)
+
+    @app.get("/history/conversations/{conversation_id}/messages/{message_id}",
+             summary="a message's changes (add, update, delete), oldest first; never its text")
+    def message_history(conversation_id: str = cid, message_id: str = mid) -> dict:
+        return service.history((conversation_id, message_id))
+
+    @app.post("/reset", summary="erase every conversation (send {\"confirm\": true})")
+    def reset(body: m.ResetIn) -> dict:
+        if not body.confirm:
+            raise InputError('reset erases every conversation of this memory; send {"confirm": true} to do it')
+        return service.reset()
+
+    @app.post("/answer", summary="answer a question from the memory")
+    def answer(body: m.AnswerIn) -> dict:
+        return service.answer(body.question, body.conversation_id, mode=body.mode, k=body.k,
+                              budget_tokens=body.budget_tokens, today=body.today or "")
+
+
+def add_conversation_routes(app, service: "Service") -> None:
+    """/conversations/...: a conversation's pages, one message (read, replace, erase), the whole conversation
+    erased."""
+    from fastapi import Path as P, Query
+
+    from . import api_models as m
+
+    cid = P(min_length=1, max_length=m.MAX_ID_CHARS, description="conversation id")
+    mid = P(min_length=1, max_length=m.MAX_ID_CHARS, description="message id")
+
     @app.get("/conversations/{conversation_id}/memories", summary="a page of a conversation's boxes or messages")
     def get_all(conversation_id: str = cid, kind: m.Kind = "boxes", offset: int = Query(0, ge=0, le=2**62),
                 limit: int = Query(100, ge=1, le=m.MAX_PAGE)) -> dict:
@@ -442,29 +486,6 @@ def create_app(memory: Memory, reader: Memory | None = None, *, api_key: str | N
     @app.delete("/conversations/{conversation_id}", summary="erase a conversation and all derived from it")
     def delete_all(conversation_id: str = cid) -> dict:
         return service.delete_all(conversation_id)
-
-    @app.get("/history/boxes/{box_id}", summary="a box's changes, oldest first")
-    def box_history(box_id: int = P(ge=1, le=2**62)) -> dict:
-        return service.history(box_id)
-
-    @app.get("/history/conversations/{conversation_id}/messages/{message_id}",
-             summary="a message's changes (add, update, delete), oldest first; never its text")
-    def message_history(conversation_id: str = cid, message_id: str = mid) -> dict:
-        return service.history((conversation_id, message_id))
-
-    @app.post("/reset", summary="erase every conversation (send {\"confirm\": true})")
-    def reset(body: m.ResetIn) -> dict:
-        if not body.confirm:
-            raise InputError('reset erases every conversation of this memory; send {"confirm": true} to do it')
-        return service.reset()
-
-    @app.post("/answer", summary="answer a question from the memory")
-    def answer(body: m.AnswerIn) -> dict:
-        return service.answer(body.question, body.conversation_id, mode=body.mode, k=body.k,
-                              budget_tokens=body.budget_tokens, today=body.today or "")
-
-    app.add_middleware(Guard, api_key=api_key, local=local)
-    return app
 
 
 def validation_line(errors: list[dict]) -> str:

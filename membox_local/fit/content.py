@@ -43,7 +43,9 @@ from __future__ import annotations
 import json
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -121,40 +123,53 @@ def choose_ce_switch(base, held_ce: Path, fold, emb, out: dict) -> float:
     return best
 
 
-def main(args) -> int:
-    from sklearn.linear_model import LogisticRegression
-    from sklearn.metrics import roc_auc_score
+@dataclass
+class Inputs:
+    """What every step of the fit reads: the data sets, the base config, the caches and the choices of `args`."""
+    args: Any
+    base: Any  # the config fitted for (with --ce: the judge's cross-encoder set)
+    train: list
+    sets: dict  # name -> dialogues the sweep measures
+    locomo: dict  # conversation -> messages for the box-size condition ({} without --locomo-limit)
+    report_locomo: dict  # conversation -> messages whose box sizes are reported
+    emb: Any
+    scorer: Any  # the LLM score cache (None with --no-lm)
+    lm_names: list  # the features stacked on the content logit (the PMI's, or ce_continue with --ce)
+    llm: bool  # the judge reads the LLM
+    out: dict
+    final_ce: Path | None = None
+    held_ce: Path | None = None
 
-    lm_names = args.ce_features if args.ce else [] if args.no_lm else args.lm
-    llm = not (args.no_lm or args.ce)
+
+def prepare(args) -> Inputs:
+    """The data sets, the embedder and score caches (filled here), and the result's header."""
     if args.no_lm and args.write:
         raise InputError("--no-lm fits the same content vector as the default's run: use the committed one, "
                          "without --write")
     data = data_dir(args.data_dir)
-    train = dialogues(data, "tiage_train")
-    dev = dialogues(data, "tiage_dev")
+    train, dev = dialogues(data, "tiage_train"), dialogues(data, "tiage_dev")
     dialseg = dialogues(data, "dialseg711_test", args.dialseg_limit)
     locomo = locomo_conversations(data)
     report_locomo = {c: v[:args.locomo_report] for c, v in locomo.items()}
     locomo = {c: v[:args.locomo_limit] for c, v in locomo.items()} if args.locomo_limit else {}
-    base = load_config(args.config)
+    base, final_ce, held_ce = load_config(args.config), None, None
     if args.ce:
         final_ce, held_ce = ce_models(base.embedder.model, args.lm_fold)
         base = with_loom(base, ce_model=str(final_ce.resolve()), switch_ratio=0.0)
-    lm_fold, content_fold = train[:args.lm_fold], train[args.lm_fold:]
     sets = {"tiage_dev": dev, "tiage_dev_joined": joined(dev, 2), "tiage_dev_joins_only": joins_only(dev),
             "dialseg711": dialseg}
     emb = LookupEmbedder(base, [m.text for ds in (train, dev, dialseg) for d in ds for m in d.messages] +
                          [m.text for v in report_locomo.values() for m in v], RUNS / "vectors.npz")
     # --ce: the cache only answers the configs compared at the end (today's default reads the PMI)
     scorer = None if args.no_lm else ScoreCache(base, score_cache_path(base, args.cache_dir))
+    llm = not (args.no_lm or args.ce)
     sessions = sessions_of(report_locomo)
     if args.ce:
         from .cache import precompute_ce
 
         precompute_ce([d.messages for ds in (train, dev, sets["tiage_dev_joined"], dialseg) for d in ds] + sessions,
                       base.loom, "every judged pair")
-    for label, groups in ((f"TIAGE train 0-{args.lm_fold - 1}", [d.messages for d in lm_fold]),
+    for label, groups in ((f"TIAGE train 0-{args.lm_fold - 1}", [d.messages for d in train[:args.lm_fold]]),
                           ("TIAGE dev", [d.messages for d in dev]),
                           ("TIAGE dev joined", [d.messages for d in sets["tiage_dev_joined"]]),
                           ("DialSeg711", [d.messages for d in dialseg]), ("LoCoMo", sessions)):
@@ -164,114 +179,166 @@ def main(args) -> int:
                  "embedder": base.embedder.model, "llm": base.llm.model,
                  "dialogues": {k: len(v) for k, v in sets.items()},
                  "no_boundaries": {k: no_boundaries(v) for k, v in sets.items()}}
+    lm_names = args.ce_features if args.ce else [] if args.no_lm else args.lm
+    return Inputs(args, base, train, sets, locomo, report_locomo, emb, scorer, lm_names, llm, out, final_ce, held_ce)
 
+
+def fit_hybrid(inp: Inputs) -> tuple[dict, float, np.ndarray]:
+    """Steps 1-3: the content model (C by teacher-forced AUC on TIAGE dev), the LLM's (or cross-encoder's) weight
+    against its logit out of fold, folded into one linear hybrid: (weights in the features' units with a unit
+    `content` vector's weight, bias, the content vector)."""
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.metrics import roc_auc_score
+
+    args, base, emb, scorer, out = inp.args, inp.base, inp.emb, inp.scorer, inp.out
+    lm_fold, content_fold = inp.train[:args.lm_fold], inp.train[args.lm_fold:]
     # 1. the content model; C by teacher-forced AUC on TIAGE dev
-    Xtr, ytr, Vtr = teacher_forced(train, emb, base.loom, 2, None, vectors=True)
-    Xdev, ydev, Vdev = teacher_forced(dev, emb, base.loom, 2, scorer if llm else None, vectors=True, ce=args.ce)
+    Xtr, ytr, Vtr = teacher_forced(inp.train, emb, base.loom, 2, None, vectors=True)
+    Xdev, ydev, Vdev = teacher_forced(inp.sets["tiage_dev"], emb, base.loom, 2, scorer if inp.llm else None,
+                                      vectors=True, ce=args.ce)
     aucs = {C: float(roc_auc_score(ydev, content_logit(fit_content(Xtr, ytr, Vtr, C), Xdev, Vdev))) for C in C_GRID}
     C = max(aucs, key=aucs.get)
     out["content_auc_tiage_dev_by_C"] = {str(k): round(v, 4) for k, v in aucs.items()}
+    out["content_C"] = C
     print(f"content model: TIAGE dev AUC by C {out['content_auc_tiage_dev_by_C']}; C = {C}", file=sys.stderr)
     ws, wn, b = fit_content(Xtr, ytr, Vtr, C)
 
     # 2. the LLM's weight against the content logit, out of fold
     a, a0 = np.array([1.0]), 0.0  # --no-lm: the content model as it is
-    if lm_names:
+    if inp.lm_names:
         Xa, ya, Va = teacher_forced(content_fold, emb, base.loom, 2, None, vectors=True)
         if args.ce:  # out of fold: the cross-encoder that never saw these dialogues
-            Xb, yb, Vb = teacher_forced(lm_fold, emb, with_loom(base, ce_model=str(held_ce.resolve())).loom, 2,
+            Xb, yb, Vb = teacher_forced(lm_fold, emb, with_loom(base, ce_model=str(inp.held_ce.resolve())).loom, 2,
                                         None, vectors=True, ce=True)
         else:
             Xb, yb, Vb = teacher_forced(lm_fold, emb, base.loom, 2, scorer, vectors=True)
         S = np.column_stack([content_logit(fit_content(Xa, ya, Va, C), Xb, Vb)] +
-                            [Xb[:, FEATURES.index(f)] for f in lm_names])
+                            [Xb[:, FEATURES.index(f)] for f in inp.lm_names])
         stack = LogisticRegression(C=1.0, max_iter=2000).fit(S, yb)
         a, a0 = stack.coef_[0], float(stack.intercept_[0])
 
     # 3. one linear hybrid: weights in the features' units, the content vector of unit length
-    norm = float(np.linalg.norm(wn))
     weights = {f: round(float(a[0] * w), 4) for f, w in zip(CUES, ws)}
-    weights["content"] = round(float(a[0] * norm), 4)
-    weights.update({f: round(float(w), 4) for f, w in zip(lm_names, a[1:])})
-    bias = a0 + a[0] * b
-    Xd_lm = Xdev[:, [FEATURES.index(f) for f in lm_names]]
+    weights["content"] = round(float(a[0] * np.linalg.norm(wn)), 4)
+    weights.update({f: round(float(w), 4) for f, w in zip(inp.lm_names, a[1:])})
+    Xd_lm = Xdev[:, [FEATURES.index(f) for f in inp.lm_names]]
     z_dev = a0 + a[0] * content_logit((ws, wn, b), Xdev, Vdev) + Xd_lm @ a[1:]
     out["teacher_forced_auc_tiage_dev"] = {"content_model": round(aucs[C], 4), "with_pmi": round(float(
         roc_auc_score(ydev, z_dev)), 4)}
+    return weights, a0 + a[0] * b, wn
+
+
+def write_vector(inp: Inputs, wn: np.ndarray) -> Path:
+    """The content vector, of unit length, where the judge reads it (--write: the package's configs/content)."""
+    args, base, out = inp.args, inp.base, inp.out
     vector = {"embedder": base.embedder.model, "dim": len(wn), "fitted_on": "TIAGE train (300 dialogues), "
-              "teacher-forced states; C chosen on TIAGE dev", "C": C, "command": out["command"], "date": out["date"],
-              "vector": [round(float(x), 6) for x in wn / norm]}
+              "teacher-forced states; C chosen on TIAGE dev", "C": out["content_C"], "command": out["command"],
+              "date": out["date"], "vector": [round(float(x), 6) for x in wn / np.linalg.norm(wn)]}
     RUNS.mkdir(parents=True, exist_ok=True)
     vec_path = (CONTENT_DIR if args.write and not args.ce else RUNS) / f"tiage-{base.embedder.model}.json"
     vec_path.parent.mkdir(parents=True, exist_ok=True)
     vec_path.write_text(json.dumps(vector) + "\n")
-    if args.ce:
-        vec_path = committed_vector(wn, base.embedder.model)
+    return committed_vector(wn, base.embedder.model) if args.ce else vec_path
 
-    ce_switch = choose_ce_switch(base, held_ce, lm_fold, emb, out) if args.ce else 0.0
 
-    def judge(offset: float, max_box: int = SWEEP_MAX_BOX):
-        return with_loom(base, judge="hybrid", weights=weights, bias=round(bias + offset, 4), max_box_messages=max_box,
-                         content_vector=str(vec_path.resolve()), switch_ratio=SWITCH_RATIO if llm else 0.0,
-                         ce_switch=ce_switch)
+@dataclass
+class Sweep:
+    """Steps 4-5: the judge at each bias offset with its cap, measured online."""
+    inp: Inputs
+    weights: dict
+    bias: float
+    vec_path: Path
+    ce_switch: float
 
-    def show(label, row):
-        print(f"{label:14s} " + " | ".join(
-            f"{k} {r['pk']:.3f}/{r['wd']:.3f}/{r['f1']:.3f} ({r['hyp_boundaries_per_dialogue']:.1f} vs "
-            f"{r['ref_boundaries_per_dialogue']:.1f})" for k, r in row.items() if isinstance(r, dict) and "pk" in r)
-            + (f" | LoCoMo {row['locomo']['mean']} msg/box" if "locomo" in row else ""), file=sys.stderr, flush=True)
+    def judge(self, offset: float, max_box: int = SWEEP_MAX_BOX):
+        return with_loom(self.inp.base, judge="hybrid", weights=self.weights, bias=round(self.bias + offset, 4),
+                         max_box_messages=max_box, content_vector=str(self.vec_path.resolve()),
+                         switch_ratio=SWITCH_RATIO if self.inp.llm else 0.0, ce_switch=self.ce_switch)
 
-    def sizes(c) -> dict:
-        return locomo_sizes(c, locomo, emb, scorer) if locomo else {"mean": None}
+    def sizes(self, c) -> dict:
+        return locomo_sizes(c, self.inp.locomo, self.inp.emb, self.inp.scorer) if self.inp.locomo else {"mean": None}
 
-    def selection(c) -> float:
-        rows = [run(c, sets[k], emb, scorer) for k in ("tiage_dev", "tiage_dev_joined")]
+    def selection(self, c) -> float:
+        rows = [run(c, self.inp.sets[k], self.inp.emb, self.inp.scorer) for k in ("tiage_dev", "tiage_dev_joined")]
         return round(sum(objective(r) for r in rows) / 2, 4)
 
-    def capped(offset: float) -> tuple[int, list]:
+    def capped(self, offset: float) -> tuple[int, list]:
         """The smallest cap that leaves this offset's objective unchanged to three decimals, and each cap's row."""
-        rows = [{"max_box_messages": cap, "selection": selection(judge(offset, cap))} for cap in CAPS]
+        rows = [{"max_box_messages": cap, "selection": self.selection(self.judge(offset, cap))} for cap in CAPS]
         top = round(rows[0]["selection"], 3)
         return min(r["max_box_messages"] for r in rows if round(r["selection"], 3) == top), rows
 
-    out["sweep"] = []
-    for offset in np.round(np.arange(-2.0 if args.ce else -1.0, 1.01, 0.25), 2):
-        cap, cap_rows = capped(float(offset))
-        c = judge(float(offset), cap)
-        row = {"offset": float(offset), "max_box_messages": cap, "caps": cap_rows,
-               **{k: run(c, v, emb, scorer) for k, v in sets.items()}, "locomo": sizes(c)}
-        row["locomo_uncapped"] = row["locomo"] if cap == SWEEP_MAX_BOX else sizes(judge(float(offset)))
+    def row(self, offset: float) -> dict:
+        inp = self.inp
+        cap, cap_rows = self.capped(offset)
+        c = self.judge(offset, cap)
+        row = {"offset": offset, "max_box_messages": cap, "caps": cap_rows,
+               **{k: run(c, v, inp.emb, inp.scorer) for k, v in inp.sets.items()}, "locomo": self.sizes(c)}
+        row["locomo_uncapped"] = row["locomo"] if cap == SWEEP_MAX_BOX else self.sizes(self.judge(offset))
         row["selection"] = round((objective(row["tiage_dev"]) + objective(row["tiage_dev_joined"])) / 2, 4)
-        out["sweep"].append(row)
-        show(f"offset {offset:+.2f}", row)
-        print(f"               cap {cap}; selection objective {row['selection']}; LoCoMo without the cap "
-              f"{row['locomo_uncapped']['mean']} msg/box", file=sys.stderr)
-    sane = [r for r in out["sweep"] if r["locomo"]["mean"] is not None and 4 <= r["locomo"]["mean"] <= 8]
-    best = max(sane or out["sweep"], key=lambda r: r["selection"])
-    cap = best["max_box_messages"]
-    chosen = judge(best["offset"], cap)
-    out["chosen_row"] = {**{k: best[k] for k in sets}, "locomo": best["locomo"],
-                         "locomo_report": locomo_sizes(chosen, report_locomo, emb, scorer)}
-    show("chosen", out["chosen_row"])
-    out["chosen"] = {"offset": best["offset"], "by": "each offset with the smallest cap TIAGE does not notice; "
-                     "then the mean objective on TIAGE dev and TIAGE dev joined, LoCoMo 4-8 msg/box",
-                     "loom": {"weights": chosen.loom.weights, "bias": chosen.loom.bias, "max_box_messages": cap,
-                              "switch_ratio": chosen.loom.switch_ratio, "content_vector": vec_path.name,
-                              "ce_switch": ce_switch}}
+        return row
 
-    # other configs, on the same subsets
+    def choose(self):
+        """Every offset's row into `out["sweep"]`; the chosen judge (the best objective among LoCoMo 4-8 msg/box)."""
+        inp, out = self.inp, self.inp.out
+        out["sweep"] = []
+        for offset in np.round(np.arange(-2.0 if inp.args.ce else -1.0, 1.01, 0.25), 2):
+            row = self.row(float(offset))
+            out["sweep"].append(row)
+            show(f"offset {offset:+.2f}", row)
+            print(f"               cap {row['max_box_messages']}; selection objective {row['selection']}; LoCoMo "
+                  f"without the cap {row['locomo_uncapped']['mean']} msg/box", file=sys.stderr)
+        sane = [r for r in out["sweep"] if r["locomo"]["mean"] is not None and 4 <= r["locomo"]["mean"] <= 8]
+        best = max(sane or out["sweep"], key=lambda r: r["selection"])
+        chosen = self.judge(best["offset"], best["max_box_messages"])
+        out["chosen_row"] = {**{k: best[k] for k in inp.sets}, "locomo": best["locomo"],
+                             "locomo_report": locomo_sizes(chosen, inp.report_locomo, inp.emb, inp.scorer)}
+        show("chosen", out["chosen_row"])
+        out["chosen"] = {"offset": best["offset"], "by": "each offset with the smallest cap TIAGE does not notice; "
+                         "then the mean objective on TIAGE dev and TIAGE dev joined, LoCoMo 4-8 msg/box",
+                         "loom": {"weights": chosen.loom.weights, "bias": chosen.loom.bias,
+                                  "max_box_messages": best["max_box_messages"],
+                                  "switch_ratio": chosen.loom.switch_ratio, "content_vector": self.vec_path.name,
+                                  "ce_switch": self.ce_switch}}
+        return chosen
+
+
+def show(label: str, row: dict) -> None:
+    print(f"{label:14s} " + " | ".join(
+        f"{k} {r['pk']:.3f}/{r['wd']:.3f}/{r['f1']:.3f} ({r['hyp_boundaries_per_dialogue']:.1f} vs "
+        f"{r['ref_boundaries_per_dialogue']:.1f})" for k, r in row.items() if isinstance(r, dict) and "pk" in r)
+        + (f" | LoCoMo {row['locomo']['mean']} msg/box" if "locomo" in row else ""), file=sys.stderr, flush=True)
+
+
+def compare(inp: Inputs, sweep: Sweep) -> None:
+    """Other configs (--compare; by default the base and the config the fit is meant to beat) on the same subsets."""
+    args = inp.args
     for spec in args.compare or (["cpu-minilm"] if args.no_lm else [args.config, "cpu-minilm"] if args.ce
                                  else [args.config, "cpu-switch"]):
         c = config_of(spec)
-        out.setdefault("configs_now", {})[spec] = {**{k: run(c, v, emb, scorer) for k, v in sets.items()},
-                                                   "locomo": sizes(c),
-                                                   "locomo_report": locomo_sizes(c, report_locomo, emb, scorer)}
-        show(spec, out["configs_now"][spec])
+        inp.out.setdefault("configs_now", {})[spec] = {
+            **{k: run(c, v, inp.emb, inp.scorer) for k, v in inp.sets.items()}, "locomo": sweep.sizes(c),
+            "locomo_report": locomo_sizes(c, inp.report_locomo, inp.emb, inp.scorer)}
+        show(spec, inp.out["configs_now"][spec])
+
+
+def main(args) -> int:
+    inp = prepare(args)
+    weights, bias, wn = fit_hybrid(inp)
+    vec_path = write_vector(inp, wn)
+    ce_switch = choose_ce_switch(inp.base, inp.held_ce, inp.train[:args.lm_fold], inp.emb, inp.out) if args.ce \
+        else 0.0
+    sweep = Sweep(inp, weights, bias, vec_path, ce_switch)
+    chosen = sweep.choose()
+    compare(inp, sweep)
     name = "content-ce" if args.ce else "content-minilm" if args.no_lm else "content"
-    write_result(name, out, args.save or args.write, indent=1)
+    write_result(name, inp.out, args.save or args.write, indent=1)
     inline = ", ".join(f"{k} = {v}" for k, v in chosen.loom.weights.items())
-    print(f"chosen offset {best['offset']:+.2f}; [loom] for configs/cpu.toml:\nweights = {{ {inline} }}\n"
-          f"bias = {chosen.loom.bias}\ncontent_vector = \"content/{vec_path.name}\"\n"
-          f"switch_ratio = {chosen.loom.switch_ratio}\nmax_box_messages = {cap}" +
-          (f"\nce_model = \"content/{final_ce.name}\"\nce_switch = {ce_switch}" if args.ce else ""))
+    lines = [f"chosen offset {inp.out['chosen']['offset']:+.2f}; [loom] for configs/cpu.toml:",
+             f"weights = {{ {inline} }}", f"bias = {chosen.loom.bias}", f'content_vector = "content/{vec_path.name}"',
+             f"switch_ratio = {chosen.loom.switch_ratio}",
+             f"max_box_messages = {inp.out['chosen']['loom']['max_box_messages']}"]
+    if args.ce:
+        lines += [f'ce_model = "content/{inp.final_ce.name}"', f"ce_switch = {ce_switch}"]
+    print("\n".join(lines))
     return 0
