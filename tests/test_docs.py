@@ -134,6 +134,16 @@ def lme_report():
     return benchmark_script("longmemeval_report")
 
 
+def ew_lme_cost() -> list:
+    """The event graph's item writer on a LongMemEval history (benchmarks/eventweave_extract_models.py
+    --longmemeval): one prompt for both models, the 1.5B's and 0.5B's seconds, the 0.5B's empty pairs."""
+    rows = {r["model"]: r for r in load("eventweave-extract-lme.json")["rows"]}
+    small, large = rows["qwen2.5-coder-0.5b"], rows["qwen2.5-coder-1.5b"]
+    assert small["prompt_tokens_per_pair"] == large["prompt_tokens_per_pair"] and large["no_item"] == 0
+    return [large["prompt_tokens_per_pair"], large["s_per_pair"], small["s_per_pair"], small["no_item"],
+            small["pairs"]]
+
+
 def lme_s4_boxes() -> list:
     """Every fourth LongMemEval dev history filed by today's default: histories, turns, boxes, turns per box."""
     hs = load("longmemeval-boxes-dev-s4.json")["histories"]
@@ -277,6 +287,9 @@ README_FIGURES = [
      "tokens, the 1.5B model was judged right {} times with box-hits and {} with turn-rag, and on the {} where both held "
      "as much, {} and {}", LME_QA98.replace(".json", ".jsonl.gz"), "longmemeval_report.compare(box-hits, turn-rag)",
      lambda: lme_compare()),
+    ("its prompt holds {} tokens per pair (LoCoMo: 370 per message), and configs/eventweave.toml's 1.5B writer took {} s "
+     "per pair, the 0.5B {} s (finding no item in {} of the {} pairs, the 1.5B in none)", "eventweave-extract-lme.json",
+     "rows: prompt tokens, s per pair, no item, pairs", lambda: ew_lme_cost()),
     ("{} histories, {:,} turns in {:,} boxes: {} turns per box", "longmemeval-boxes-dev-s4.json",
      "histories: count, messages, boxes", lambda: lme_s4_boxes()),
     ("leaves the retrieval figures of its {} answerable questions as they were: box-hits {}% and turn-rag {}% of the "
