@@ -134,6 +134,25 @@ def lme_report():
     return benchmark_script("longmemeval_report")
 
 
+def lme_type(name: str, qtype: str) -> str:
+    return f"{load(name)['modes']['box-hits']['qa']['by_type'][qtype]['judge']:.1f}"
+
+
+def lme_oracle() -> list:
+    """The oracle run against the whole histories: recall, judged and deterministic, the question-by-question split
+    against box-hits there, and the gap to turn-rag + 10."""
+    oracle = {r["qid"]: r["judge"] for r in records(LME_ORACLE.replace(".json", ".jsonl.gz"))}
+    whole = {r["qid"]: r["judge"] for r in records(LME_QA98.replace(".json", ".jsonl.gz")) if r["mode"] == "box-hits"}
+    assert set(oracle) == set(whole) and len(oracle) == 98
+    split = [sum((oracle[q], whole[q]) == pair for q in oracle) for pair in ((1, 1), (0, 0), (0, 1), (1, 0))]
+    b, t = lme(LME_QA98, "box-hits", "qa", "judge"), lme(LME_QA98, "turn-rag", "qa", "judge")
+    assert b == t
+    target = float(t) + 10
+    return [lme(LME_ORACLE, "box-hits", "retrieval", "recall@1000"), lme(LME_RECALL, "box-hits", "retrieval",
+            "recall@1000"), lme(LME_ORACLE, "box-hits", "qa", "judge"), lme(LME_ORACLE, "box-hits", "qa", "right"), b,
+            *split, target - float(lme(LME_ORACLE, "box-hits", "qa", "judge")), target]
+
+
 def ew_lme_cost() -> list:
     """The event graph's item writer on a LongMemEval history (benchmarks/eventweave_extract_models.py
     --longmemeval): one prompt for both models, the 1.5B's and 0.5B's seconds, the 0.5B's empty pairs."""
@@ -196,6 +215,7 @@ LME_BEFORE = "longmemeval-qa-dev98-before.json"  # box-hits and turn-rag, before
 LME_DATES = "longmemeval-qa-dev98-dates.json"  # the same with the date lines, before requests for advice
 LME_GUARD = "longmemeval-qa-dev98-guard.json"  # the same with `--set answer.check_terms=true`
 LME_FULL_BUILD = "longmemeval-full-build.json"  # benchmarks/longmemeval_build_cost.py over three full builds
+LME_ORACLE = "longmemeval-qa-oracle-dev98.json"  # box-hits on the evidence sessions only (longmemeval_oracle.py)
 LME_NOTALLY = "longmemeval-qa-dev98-notally.json"  # the three modes before totals were added up by the code
 SPEED = "build-speed-split-{}.json"  # benchmarks/build_speed.py, cpu against cpu-ce, one run per conversation
 
@@ -290,14 +310,25 @@ README_FIGURES = [
     ("its prompt holds {} tokens per pair (LoCoMo: 370 per message), and configs/eventweave.toml's 1.5B writer took {} s "
      "per pair, the 0.5B {} s (finding no item in {} of the {} pairs, the 1.5B in none)", "eventweave-extract-lme.json",
      "rows: prompt tokens, s per pair, no item, pairs", lambda: ew_lme_cost()),
+    ("Box-hits then shows {}% of the evidence turns at 1000 tokens ({} on the whole histories), and the 1.5B model is "
+     "judged right {}% (deterministic {}): no better than with the whole histories ({} with box-hits or turn-rag; "
+     "against box-hits there, question by question, {} right and {} wrong in both, {} lost and {} gained), and {:.1f} "
+     "points short of the {:.1f}%", LME_ORACLE, "modes.box-hits: recall@1000, qa.judge, right; the 98's records",
+     lambda: lme_oracle()),
+    ("By type (judged): single-session user {}, assistant {}, preference {}, temporal {}, multi-session {} and knowledge "
+     "update {} ({} on the whole histories", LME_ORACLE, "modes.box-hits.qa.by_type.*.judge",
+     lambda: [lme_type(LME_ORACLE, t) for t in ("single-session-user", "single-session-assistant",
+                                                "single-session-preference", "temporal-reasoning", "multi-session",
+                                                "knowledge-update")] + [lme_type(LME_QA98, "knowledge-update")]),
     ("{} histories, {:,} turns in {:,} boxes: {} turns per box", "longmemeval-boxes-dev-s4.json",
      "histories: count, messages, boxes", lambda: lme_s4_boxes()),
     ("leaves the retrieval figures of its {} answerable questions as they were: box-hits {}% and turn-rag {}% of the "
      "evidence turns at 1000 tokens with either judge's boxes", "longmemeval-retrieval-dev-s4.jsonl.gz",
      "longmemeval_report.versus(s4, dev): recall@1000, equal in both runs", lambda: lme_s4_versus()),
-    ("QA on all {}, judged right by the 1.5B model: box-hits {}%, turn-rag {}%, full context {}%", LME_QA98,
-     "questions; modes.*.qa.judge", lambda: [load(LME_QA98)["questions"]] + [lme(LME_QA98, m, "qa", "judge")
-                                              for m in LME_MODES]),
+    ("QA on all {}, judged right by the 1.5B model: box-hits {}%, turn-rag {}%, full context {}%; with only the evidence "
+     "sessions (the oracle setting) {}%", LME_QA98, "questions; modes.*.qa.judge; the oracle run's box-hits",
+     lambda: [load(LME_QA98)["questions"]] + [lme(LME_QA98, m, "qa", "judge") for m in LME_MODES]
+     + [lme(LME_ORACLE, "box-hits", "qa", "judge")]),
     ("(+{:.1f} on all 98 by the judge, +{:.1f} by the deterministic check)", LME_QA98, "box-hits less full-context",
      lambda: [float(lme(LME_QA98, "box-hits", "qa", k)) - float(lme(LME_QA98, "full-context", "qa", k))
               for k in ("judge", "right")]),
@@ -500,6 +531,9 @@ BENCHMARKS_FIGURES = [
     ("| **box-hits** | **{}** | **{}** | {} | {} | {} | {} | {} |", lambda: lme_qa_row(LME_QA98, "box-hits")),
     ("| turn-rag | {} | {} | {} | {} | {} | {} | {} |", lambda: lme_qa_row(LME_QA98, "turn-rag")),
     ("| full-context | {} | {} | {} | {} | {} | {} | {} |", lambda: lme_qa_row(LME_QA98, "full-context")),
+    ("| box-hits on the evidence sessions alone (the oracle setting: {}% of the evidence turns shown) | {} | {} | {} | {} "
+     "| {} | {} | {} |", lambda: [lme(LME_ORACLE, "box-hits", "retrieval", "recall@1000")]
+     + lme_qa_row(LME_ORACLE, "box-hits")),
     ("| box-hits with the unmentioned-term guard (`--set answer.check_terms=true`) | {} | {} | {} | {} | {} | {} | {} |",
      lambda: lme_qa_row(LME_GUARD, "box-hits")),
     ("on LoCoMo dev it takes over {} of {} (-{} F1, saved answers)", lambda: guard_locomo()),
