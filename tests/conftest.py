@@ -55,6 +55,16 @@ def memory(tmp_path, cfg, fake_backend, fake_embedder) -> Memory:
 
 
 @pytest.fixture
+def ew(tmp_path, cfg) -> Memory:
+    """A Memory of the box memory and EventWeave's event graph over the scripted doubles (tests/eventweave_doubles.py)."""
+    from eventweave_doubles import ew_memory
+
+    mem = ew_memory(tmp_path / "ew", cfg)
+    yield mem
+    mem.close()
+
+
+@pytest.fixture
 def locomo_path() -> Path:
     p = DATA_DIR / "locomo-dev.json"
     if not p.exists():

@@ -272,7 +272,7 @@ def test_a_message_too_long_for_llama_cpp_is_extracted_from_an_excerpt(tmp_path)
 
 
 def test_an_eventweave_turn_too_long_is_read_from_an_excerpt(tmp_path, cfg):
-    from test_eventweave import ew_config
+    from eventweave_doubles import ew_config
 
     backend = Refusing(limit=3000)
     refused = []
