@@ -620,3 +620,11 @@ def vllm_compare() -> list:
 def test_benchmarks_default_rows_match_result_files(phrase, figures):
     expected = normalise(phrase.format(*figures()))
     assert expected in normalise(BENCHMARKS.read_text()), f"BENCHMARKS.md should contain {expected!r}"
+
+
+def test_benchmarks_readme_lists_every_script():
+    """benchmarks/README.md is the index of the rerunnable measurements: every script in benchmarks/ has its line."""
+    index = (REPO / "benchmarks" / "README.md").read_text()
+    missing = [p.name for p in sorted((REPO / "benchmarks").iterdir())
+               if p.suffix in (".py", ".sh") and f"`{p.name}`" not in index]
+    assert not missing, f"benchmarks/README.md should say what these are for: {missing}"
