@@ -5,14 +5,15 @@
 
 The paper's oracle file keeps of each history only its evidence sessions (`answer_session_ids`; 1-5 per question on
 the dev slice, 1.8 on average). This script derives that file from the S file (`--data`, the dev slice by default)
-into runs/ (the data stays out of the repository), then runs `membox eval longmemeval` on it with its builds and
-run folder in runs/ (`--builds runs/builds-lme-oracle --out runs/lme-oracle` unless given). With retrieval left
-almost nothing to miss, the judged accuracy is about the most the answering model gets from any retrieval mode at
-that budget: if it is under turn-rag's accuracy on the full histories plus 10 points, no retrieval mode can reach
-"QA 10 points above turn-rag" with that model (docs/longmemeval.md).
+into runs/ (longmemeval_oracle_dev.json.gz; the data stays out of the repository), then runs `membox eval
+longmemeval` on it with its builds and run folder in runs/ (`--builds runs/builds-lme-oracle --out runs/lme-oracle`
+unless given). With retrieval left almost nothing to miss, the judged accuracy is about the most the answering model
+gets from any retrieval mode at that budget: if it is under turn-rag's accuracy on the full histories plus 10
+points, no retrieval mode can reach "QA 10 points above turn-rag" with that model (docs/longmemeval.md).
 """
 from __future__ import annotations
 
+import argparse
 import gzip
 import json
 import sys
@@ -22,7 +23,13 @@ from membox_local.cli import main as membox
 from membox_local.evaluation import longmemeval as lme
 from membox_local.ingest import InputError
 
-ORACLE = Path("runs/longmemeval_oracle_dev.json.gz")
+def oracle_path(source: str) -> Path:
+    """Where the oracle file of `source` goes, in runs/ (the data stays out of the repository): named as the
+    released oracle file (longmemeval_s_dev -> longmemeval_oracle_dev), else oracle-<its name>."""
+    name = Path(source).name.removesuffix(".gz").removesuffix(".json")
+    released = name.startswith("longmemeval_s")
+    name = name.replace("longmemeval_s", "longmemeval_oracle", 1) if released else f"oracle-{name}"
+    return Path("runs") / f"{name}.json.gz"
 
 
 def oracle(records: list[dict]) -> list[dict]:
@@ -36,26 +43,24 @@ def oracle(records: list[dict]) -> list[dict]:
     return out
 
 
-def option(argv: list[str], name: str, default: str) -> str:
-    return argv[argv.index(name) + 1] if name in argv and argv.index(name) + 1 < len(argv) else default
-
-
 def main(argv: list[str]) -> int:
-    source = option(argv, "--data", str(lme.DEFAULT_DATA))
-    rest = [a for i, a in enumerate(argv) if a != "--data" and (i == 0 or argv[i - 1] != "--data")]
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], add_help=False)
+    ap.add_argument("--data", default=str(lme.DEFAULT_DATA), help="a LongMemEval S file (the dev slice by default)")
+    a, rest = ap.parse_known_args(argv)  # the rest is `membox eval longmemeval`'s
     try:
-        records = oracle(lme.read_file(source))
+        records = oracle(lme.read_file(a.data))
     except InputError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    ORACLE.parent.mkdir(parents=True, exist_ok=True)
-    part = ORACLE.with_suffix(".part")
+    path = oracle_path(a.data)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    part = path.with_suffix(".part")
     with gzip.open(part, "wt", encoding="utf-8") as fh:
         json.dump(records, fh)
-    part.replace(ORACLE)  # whole or not at all
+    part.replace(path)  # whole or not at all
     defaults = [*([] if "--builds" in rest else ["--builds", "runs/builds-lme-oracle"]),
                 *([] if "--out" in rest else ["--out", "runs/lme-oracle"])]
-    return membox(["eval", "longmemeval", "--data", str(ORACLE), *defaults, *rest])
+    return membox(["eval", "longmemeval", "--data", str(path), *defaults, *rest])
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ import gzip
 import dataclasses
 import json
 import math
+from pathlib import Path
 
 import pytest
 
@@ -440,9 +441,12 @@ def test_the_oracle_file_keeps_only_the_evidence_sessions(tmp_path, data, monkey
     calls = []
     monkeypatch.setattr(script, "membox", lambda argv: calls.append(argv) or 0)
     assert script.main(["--data", str(data), "--modes", "box-hits", "--stride", "2"]) == 0
-    written = json.loads(gzip.open(tmp_path / script.ORACLE, "rt").read())
+    assert script.oracle_path(str(data)) == Path("runs/oracle-lme.json.gz")
+    assert script.oracle_path("../shared/data/longmemeval/longmemeval_s_dev.json.gz") == Path(
+        "runs/longmemeval_oracle_dev.json.gz")  # as the released oracle file is named
+    written = json.loads(gzip.open(tmp_path / "runs/oracle-lme.json.gz", "rt").read())
     assert [len(r["haystack_sessions"]) for r in written] == [1, 2, 0]
-    assert calls == [["eval", "longmemeval", "--data", str(script.ORACLE), "--builds", "runs/builds-lme-oracle",
+    assert calls == [["eval", "longmemeval", "--data", "runs/oracle-lme.json.gz", "--builds", "runs/builds-lme-oracle",
                       "--out", "runs/lme-oracle", "--modes", "box-hits", "--stride", "2"]]
     assert script.main(["--data", str(tmp_path / "none.json")]) == 2
     assert "no such file" in capsys.readouterr().err
