@@ -64,6 +64,29 @@ def ew(tmp_path, cfg) -> Memory:
     mem.close()
 
 
+@pytest.fixture(scope="module")
+def llamacpp_backend():
+    """llama.cpp with SmolLM2 (the tests' model), one per test module; skipped without llama_cpp."""
+    pytest.importorskip("llama_cpp")
+    from membox_local.backends.llamacpp import LlamaCppBackend
+
+    from backend_doubles import smollm_cfg
+
+    b = LlamaCppBackend(smollm_cfg())
+    yield b
+    b.close()
+
+
+@pytest.fixture(scope="module")
+def openai_fake_server():
+    """A fake OpenAI-compatible HTTP server (tests/backend_doubles.py), one per test module."""
+    from backend_doubles import FakeOpenAIServer
+
+    s = FakeOpenAIServer()
+    yield s
+    s.close()
+
+
 @pytest.fixture
 def locomo_path() -> Path:
     p = DATA_DIR / "locomo-dev.json"

@@ -1,7 +1,7 @@
 """The build-speed scripts' own logic (benchmarks/build_speed.py, json_levers.py, link_precision.py), on test
 doubles: the session prefix, the replayed requests (extraction, then a link request, alternating, each valid for its
 schema's bounds), the refusal of a used work folder, the Markdown table, the links woven again and graded. The levers
-themselves are tested on the real engine in tests/test_backend_contract.py."""
+themselves are tested on the real engine in tests/test_backend_details.py."""
 from __future__ import annotations
 
 import pytest
