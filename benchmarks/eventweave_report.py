@@ -38,7 +38,7 @@ def recall_table(recall_file: Path, compact_file: Path, data: str, modes: list[s
     if compact_file.exists():
         c = pooled_summary(compact_file, data, modes=["compact"], conversations=convs)
         rows.append(("compact (LLM builds of locomo-recall-cpu)", c["modes"]["compact"]))
-    lines = [f"| mode | questions | " + " | ".join(f"{b} tokens" for b in budgets) + " |",
+    lines = ["| mode | questions | " + " | ".join(f"{b} tokens" for b in budgets) + " |",
              "|---" * (2 + len(budgets)) + "|"]
     for name, m in rows:
         cells = [f"{100 * m['recall'][f'budget={b}']:.1f}" for b in budgets]

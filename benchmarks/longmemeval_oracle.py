@@ -23,6 +23,7 @@ from membox_local.cli import main as membox
 from membox_local.evaluation import longmemeval as lme
 from membox_local.ingest import InputError
 
+
 def oracle_path(source: str) -> Path:
     """Where the oracle file of `source` goes, in runs/ (the data stays out of the repository): named as the
     released oracle file (longmemeval_s_dev -> longmemeval_oracle_dev), else oracle-<its name>."""
@@ -43,6 +44,16 @@ def oracle(records: list[dict]) -> list[dict]:
     return out
 
 
+def stats(records: list[dict]) -> str:
+    """One line on an oracle file: evidence sessions per question (least, most, mean) and the median history's words."""
+    n = sorted(len(r["haystack_sessions"]) for r in records)
+    words = sorted(sum(len(t["content"].split()) for s in r["haystack_sessions"] for t in s) for r in records)
+    mid = len(words) // 2
+    median = words[mid] if len(words) % 2 else (words[mid - 1] + words[mid]) / 2
+    return (f"oracle: {len(records)} questions, {n[0]}-{n[-1]} evidence sessions each ({sum(n) / len(n):.1f} on "
+            f"average), a median of {median:,.0f} words per history")
+
+
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], add_help=False)
     ap.add_argument("--data", default=str(lme.DEFAULT_DATA), help="a LongMemEval S file (the dev slice by default)")
@@ -52,6 +63,7 @@ def main(argv: list[str]) -> int:
     except InputError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    print(stats(records), file=sys.stderr)
     path = oracle_path(a.data)
     path.parent.mkdir(parents=True, exist_ok=True)
     part = path.with_suffix(".part")

@@ -15,7 +15,7 @@ from .config import DEFAULT_CONFIG, ConfigError, load_config
 from .ingest import InputError, load_messages
 from .weights import ModelNotFound
 from .store import StoreError
-from .terminal import guarded_streams, unfiltered, visible
+from .terminal import guarded_streams, visible
 
 DEMO_DATA = Path(__file__).parent / "data" / "demo.jsonl"
 DEMO_QUESTIONS = [

@@ -436,6 +436,7 @@ def test_the_oracle_file_keeps_only_the_evidence_sessions(tmp_path, data, monkey
     assert kept["q2"]["haystack_sessions"] == [RECORDS[1]["haystack_sessions"][0], RECORDS[1]["haystack_sessions"][2]]
     assert kept["q3_abs"]["haystack_sessions"] == []  # none named, none kept (every dev question names 1-5)
     assert RECORDS[0]["haystack_session_ids"] == ["q1-s0", "q1-s1", "q1-s2"]  # the source untouched
+    assert script.stats(list(kept.values())).startswith("oracle: 3 questions, 0-2 evidence sessions each (1.0 on average)")
 
     monkeypatch.chdir(tmp_path)
     calls = []
