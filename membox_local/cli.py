@@ -15,7 +15,7 @@ from .config import DEFAULT_CONFIG, ConfigError, load_config
 from .ingest import InputError, load_messages
 from .weights import ModelNotFound
 from .store import StoreError
-from .terminal import guarded_streams, visible
+from .terminal import drop_bars, guarded_streams, visible
 
 DEMO_DATA = Path(__file__).parent / "data" / "demo.jsonl"
 DEMO_QUESTIONS = [
@@ -395,7 +395,7 @@ def _require_store(path: str) -> None:
 
 
 CONFIG_HELP = ("config name in configs/ or a .toml path (default: the config the memory was built with, stored in "
-               f"it; {DEFAULT_CONFIG} for a new memory)")
+               f"it, when it keeps to the shipped models and this machine; {DEFAULT_CONFIG} for a new memory)")
 
 
 def _add_build(sub) -> None:
@@ -493,7 +493,8 @@ def _add_export_import(sub) -> None:
     i.add_argument("store", help="memory folder (created if missing; must hold no messages)")
     i.add_argument("file", help="a file written by `membox export`")
     i.add_argument("--config", help="the config the memory was built with (default: the one the export file "
-                                    f"carries; {DEFAULT_CONFIG} for a file without one)")
+                                    "carries, when it keeps to the shipped models and this machine; "
+                                    f"{DEFAULT_CONFIG} for a file without one)")
     i.add_argument("--quiet", action="store_true", help="no progress bar (for scripts)")
     i.set_defaults(func=cmd_import)
 
@@ -528,6 +529,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     with guarded_streams():  # no raw control character from data reaches the terminal (terminal.py)
         args = build_parser().parse_args(argv)
+        if getattr(args, "quiet", False):
+            drop_bars()  # a library's own progress bar too (transformers' "Loading weights")
         try:
             return args.func(args)
         except (InputError, ConfigError, ModelNotFound, StoreError, BackendError) as exc:

@@ -56,10 +56,21 @@ FEATURES = ("cos_last", "cos_prev", "cos_window", "cos_box", "cohesion", "rel_la
 LEVEL_AFTER = 3  # the *_conv features are neutral until the conversation has this many earlier messages
 
 
+# What a setting reaches beyond the memory itself (`reach=`): a config read from data (the one stored in a memory
+# folder, an export's header) may not choose these, only a config the user names (trust.py, docs/reliability.md):
+# "backend" where text is sent (a network backend), "model" the model file loaded (a name outside the model
+# manifest is a path or a hub id), "endpoint" a server's address or how it may be reached, "secret" which
+# environment variable is read as a key, "file" a file read (shipped ones, under configs/, are allowed).
+REACHES = ("backend", "model", "endpoint", "secret", "file")
+
+
 def _opt(default: Any, *, choices: tuple | None = None, what: str = "value", lo: float | None = None,
-         hi: float | None = None, factory: bool = False):
-    """A field with its default and the values it accepts (checked at load); `what` names a choice in errors."""
-    meta = {"choices": choices, "what": what, "lo": lo, "hi": hi}
+         hi: float | None = None, factory: bool = False, reach: str | None = None):
+    """A field with its default and the values it accepts (checked at load); `what` names a choice in errors;
+    `reach`: what the setting reaches beyond the memory (REACHES)."""
+    if reach is not None and reach not in REACHES:
+        raise ValueError(f"reach {reach!r}: one of {REACHES}")
+    meta = {"choices": choices, "what": what, "lo": lo, "hi": hi, "reach": reach}
     if factory:
         return field(default_factory=default, metadata=meta)
     return field(default=default, metadata=meta)
@@ -67,8 +78,8 @@ def _opt(default: Any, *, choices: tuple | None = None, what: str = "value", lo:
 
 @dataclass
 class LLMConfig:
-    backend: str = _opt("llamacpp", choices=LLM_BACKENDS, what="LLM backend")
-    model: str = "qwen2.5-coder-0.5b"  # a name in models/manifest.toml, or a path
+    backend: str = _opt("llamacpp", choices=LLM_BACKENDS, what="LLM backend", reach="backend")
+    model: str = _opt("qwen2.5-coder-0.5b", reach="model")  # a name in models/manifest.toml, or a path
     n_ctx: int = _opt(4096, lo=256)
     n_threads: int = _opt(0, lo=0)  # 0: every core
     n_batch: int = _opt(512, lo=1)
@@ -85,11 +96,11 @@ class LLMConfig:
     # (a further 1.3-1.7x on the JSON stages, benchmarks/json_levers.py); false: one instance, instructions read again
     stage_contexts: bool = True
     # OpenAI-compatible servers
-    base_url: str = ""
+    base_url: str = _opt("", reach="endpoint")
     # a plain http:// base_url to another machine sends the conversation text (and the key) unencrypted, so it is
     # refused unless this is true; https:// and http:// to this machine (localhost, 127.0.0.1, ::1) need nothing
-    allow_insecure_http: bool = False
-    api_key_env: str = "OPENAI_API_KEY"
+    allow_insecure_http: bool = _opt(False, reach="endpoint")
+    api_key_env: str = _opt("OPENAI_API_KEY", reach="secret")  # the environment variable read as the key
     timeout_s: float = _opt(60.0, lo=0.1)
     max_concurrency: int = _opt(8, lo=1)
     # json_schema (OpenAI, vLLM) | json_object (llama-cpp-python server)
@@ -110,11 +121,13 @@ class LLMConfig:
 
 @dataclass
 class EmbedderConfig:
-    backend: str = _opt("sentence-transformers", choices=EMBEDDER_BACKENDS, what="embedder backend")
-    model: str = "all-minilm-l6-v2"
+    backend: str = _opt("sentence-transformers", choices=EMBEDDER_BACKENDS, what="embedder backend",
+                        reach="backend")
+    model: str = _opt("all-minilm-l6-v2", reach="model")
     batch_size: int = _opt(64, lo=1)
     device: str = "cpu"
-    allow_insecure_http: bool = False  # openai: as [llm] allow_insecure_http, for $OPENAI_BASE_URL
+    # openai: as [llm] allow_insecure_http, for $OPENAI_BASE_URL
+    allow_insecure_http: bool = _opt(False, reach="endpoint")
 
 
 @dataclass
@@ -150,10 +163,11 @@ class LoomConfig:
     bias: float = 0.5798
     lm_knot: float = 1.0  # hybrid: lm_pmi_low = min(lm_pmi, lm_knot)
     history: int = _opt(30, lo=0)  # hybrid, *_conv features: earlier messages that set the conversation's level
-    content_vector: str = "content/tiage-all-minilm-l6-v2.json"  # hybrid, `content`: file relative to configs/
+    # hybrid, `content`: file relative to configs/
+    content_vector: str = _opt("content/tiage-all-minilm-l6-v2.json", reach="file")
     switch_ratio: float = _opt(0.4, lo=0.0)  # hybrid: a box opens when lm_pmi_ratio < this (0: off)
     # hybrid, `ce_continue`: the continuity cross-encoder's weights (continuity.py), relative to configs/
-    ce_model: str = "content/ce-tiage-all-minilm-l6-v2.safetensors"
+    ce_model: str = _opt("content/ce-tiage-all-minilm-l6-v2.safetensors", reach="file")
     # hybrid: a box also opens when ce_conv < -ce_switch, i.e. the cross-encoder's logit falls this far below the
     # conversation's median (a hard switch, as switch_ratio for the PMI; 0: off)
     ce_switch: float = _opt(0.0, lo=0.0)
@@ -277,7 +291,7 @@ class Config:
     retrieve: RetrieveConfig = field(default_factory=RetrieveConfig)
     answer: AnswerConfig = field(default_factory=AnswerConfig)
     name: str = "default"
-    source: str = ""  # the file it was loaded from (load_config); a memory folder stores it with the snapshot
+    source: str = ""  # the file it was loaded from (load_config); a memory folder stores its name, not its path
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -332,8 +346,9 @@ def _build(cls, data: dict[str, Any], where: str):
 LABELS = ("name", "source")  # Config's fields that say where it came from, not how to build
 
 
-def config_from_dict(data: dict[str, Any], where: str = "config") -> Config:
-    """A Config from a dict shaped like the TOML file (sections of keys); every value checked."""
+def config_from_dict(data: dict[str, Any], where: str = "config", read_files: bool = True) -> Config:
+    """A Config from a dict shaped like the TOML file (sections of keys); every value checked. `read_files=False`:
+    the files it names are not opened (a config read from data: trust.check_from_data opens them once allowed)."""
     sections = {f.name: f for f in dataclasses.fields(Config) if f.name not in LABELS}
     kwargs: dict[str, Any] = {}
     for key, value in data.items():
@@ -346,12 +361,13 @@ def config_from_dict(data: dict[str, Any], where: str = "config") -> Config:
             raise ConfigError(f"{where}: [{key}] must be a table")
         kwargs[key] = _build(sections[key].default_factory, value, f"{where} [{key}]")
     cfg = Config(**kwargs)
-    validate(cfg, where)
+    validate(cfg, where, read_files)
     return cfg
 
 
-def validate(cfg: Config, where: str = "config") -> None:
-    """Checks across keys and against the names a config may use: systems, retrieval mode, hybrid weights."""
+def validate(cfg: Config, where: str = "config", read_files: bool = True) -> None:
+    """Checks across keys and against the names a config may use: systems, retrieval mode, hybrid weights; with
+    `read_files`, the content vector's and the cross-encoder's files against the embedder."""
     for name in cfg.memory.systems:
         if not isinstance(name, str) or name not in SYSTEM_MODES:
             raise ConfigError(f"{where} [memory] systems: unknown memory system {name!r}; "
@@ -389,8 +405,9 @@ def validate(cfg: Config, where: str = "config") -> None:
             if not lc.content_vector:
                 raise ConfigError(f"{where}: the hybrid feature 'content' needs [loom] content_vector (a JSON file "
                                   "fitted by `membox fit content`, e.g. content/tiage-all-minilm-l6-v2.json)")
-            _check_content_embedder(cfg, where)
-        if used & set(CE_FEATURES):
+            if read_files:
+                _check_content_embedder(cfg, where)
+        if used & set(CE_FEATURES) and read_files:
             _check_ce_embedder(cfg, where)
 
 

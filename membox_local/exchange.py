@@ -7,7 +7,11 @@ One JSON object per line. The first is the header:
      "counts": {"conversations": 1, "messages": 40, ...}}
 
 `config` (from version 2) is the config the memory was built with (its stored snapshot, every key; null for a
-memory built before configs were stored): `membox import` opens the new memory with it unless given --config.
+memory built before configs were stored): `membox import` opens the new memory with it unless given --config, and
+only when it asks for nothing beyond the shipped, offline settings (no network backend, key variable, model outside
+the manifest or file outside configs/: trust.py); otherwise the import is refused, one line, nothing written, and
+the user names a config of theirs. The header names no absolute path of the machine that wrote it (a path is kept
+as its last name, trust.portable).
 
 then, conversation after conversation (in id order): its messages in their order, its boxes, its traces:
 
@@ -45,6 +49,7 @@ from .memory import CONFIG_KEY, Memory
 from .private import private_open
 from .records import Trace
 from .store import Store, StoreError, built_systems
+from .trust import check_from_data, portable
 
 FORMAT = "membox_local export"
 VERSION = 2  # 2: the header carries the memory's config; version 1 files (without it) are read too
@@ -109,11 +114,11 @@ def _header_of(store: Store) -> dict[str, Any]:
     settings = store.get_meta("build_settings")
     if settings is None:
         raise StoreError(f"{store.path.parent}: nothing was built in this memory, there is nothing to export")
-    settings = json.loads(settings)
+    settings = portable(json.loads(settings))  # what an older version stored with a path: its name
     snapshot = store.get_meta(CONFIG_KEY)
-    return {"format": FORMAT, "version": VERSION, "systems": systems, "embedder": store.get_meta("embedder"),
+    return {"format": FORMAT, "version": VERSION, "systems": systems, "embedder": portable(store.get_meta("embedder")),
             "llm": settings.get("llm.model"), "build_settings": settings,
-            "config": None if snapshot is None else json.loads(snapshot), "counts": {}}
+            "config": None if snapshot is None else portable(json.loads(snapshot)), "counts": {}}
 
 
 def _conversation_lines(store: Store, conversation_id: str) -> list[dict]:
@@ -239,7 +244,7 @@ def _check_header(rec: object, where: str) -> dict[str, Any]:
     _check_fields(rec, spec, where, "header")
     if rec.get("config") is not None:
         try:
-            config_from_dict(rec["config"], where=f"{where}: header field 'config'")
+            config_from_dict(rec["config"], where=f"{where}: header field 'config'", read_files=False)
         except ConfigError as exc:
             raise InputError(str(exc)) from None
     if rec["llm"] != rec["build_settings"].get("llm.model"):
@@ -316,10 +321,15 @@ def _check_counts(export: Export) -> None:
 
 # ---- import ----------------------------------------------------------------------------------------------------------
 def export_config(export: Export) -> Config | None:
-    """The config the exported memory was built with (the header's, checked when read); None when the file has
-    none (version 1, or a memory built before configs were stored)."""
+    """The config the exported memory was built with (the header's, checked when read), to open the new memory
+    with when the user names none; None when the file has none (version 1, or a memory built before configs were
+    stored). A config that asks for more than the shipped, offline settings is refused (ConfigError, one line:
+    trust.check_from_data)."""
     data = export.header.get("config")
-    return None if data is None else config_from_dict(data, where=f"{export.source}: header field 'config'")
+    if data is None:
+        return None
+    cfg = config_from_dict(data, where=f"{export.source}: header field 'config'", read_files=False)
+    return check_from_data(cfg, export.source, "its header's config")
 
 
 def import_export(mem: Memory, export: Export) -> dict[str, int]:
@@ -334,7 +344,7 @@ def import_export(mem: Memory, export: Export) -> dict[str, int]:
             mem.store.restore_messages([r for _, r in export.messages], detail)
             mem.store.restore_boxes([b for _, b in export.boxes], detail)
             mem.store.restore_traces([t for _, t in export.traces])
-            mem.store.set_meta("build_settings", json.dumps(export.header["build_settings"], sort_keys=True))
+            mem.store.set_meta("build_settings", json.dumps(portable(export.header["build_settings"]), sort_keys=True))
             mem.record_config()  # the config it was imported with, the memory's own from now on (fits: checked)
         mem.drop_indexes()  # whatever an earlier memory left in the folder
     return export.counts()
@@ -348,7 +358,7 @@ def _check_fits(mem: Memory, export: Export) -> None:
     if header["systems"] != list(mem.config.memory.systems):
         raise StoreError(f"{src} holds the systems {header['systems']}, the config {mem.config.name!r} builds "
                          f"{list(mem.config.memory.systems)}; import it with a config that builds the same")
-    if header["embedder"] != mem.config.embedder.model:
+    if portable(header["embedder"]) != portable(mem.config.embedder.model):
         raise StoreError(f"{src} was embedded with {header['embedder']!r}, the config {mem.config.name!r} embeds "
                          f"with {mem.config.embedder.model!r}; import it with the config it was built with")
     diff = mem.settings_differences(header["build_settings"])

@@ -21,8 +21,9 @@ from .cli import CONFIG_HELP, one_line
 from .config import ConfigError
 from .ingest import InputError
 from .server import (DEFAULT_HOST, Guard, Service, api_key_from_env, check_bind, is_loopback, listen, log_to_stderr,
-                     open_service, run_app)
+                     open_service, public_status, run_app)
 from .store import StoreError
+from .trust import hide_paths
 from .weights import ModelNotFound
 from .argtypes import PORT
 
@@ -57,8 +58,8 @@ def create_mcp(service: Service):
     def call(fn: Callable[..., Any], *args, **kw) -> Any:
         try:
             return fn(*args, **kw)
-        except REFUSALS as exc:
-            raise ToolError(one_line(str(exc))) from None
+        except REFUSALS as exc:  # one line, no path of this machine (the memory folder said by its name)
+            raise ToolError(one_line(hide_paths(str(exc), service.writer.path))) from None
 
     @mcp.tool(structured_output=True, annotations=ToolAnnotations(idempotentHint=True, openWorldHint=False))
     def add_memory(messages: m.Messages, seal: bool = False, conversation_id: m.Id | None = None) -> dict[str, Any]:
@@ -99,7 +100,7 @@ def create_mcp(service: Service):
     @mcp.tool(structured_output=True, annotations=reads)
     def memory_status() -> dict[str, Any]:
         """Filing progress: messages received, filed and pending, boxes waiting for extraction, the last error."""
-        return service.status()
+        return public_status(service.status(), service.writer.path)  # its last error names no path
 
     return mcp
 

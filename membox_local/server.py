@@ -43,10 +43,11 @@ from .config import ConfigError
 from .ingest import InputError, as_messages
 from .memory import Memory, memory_config, open_store
 from .store import NotFound, StoreBusy, StoreError
+from .trust import hide_paths
 from .weights import ModelNotFound
 from .argtypes import PORT
 from .server_guard import (API_KEY_ENV, DEFAULT_HOST, MAX_BODY_BYTES, Guard, api_key_from_env,  # noqa: F401
-                           check_bind, is_loopback, key_matches, send_error)
+                           check_bind, is_loopback, key_matches, public_status, send_error)
 
 log = logging.getLogger("membox.serve")
 
@@ -382,13 +383,17 @@ def create_app(memory: Memory, reader: Memory | None = None, *, api_key: str | N
 
 
 def add_error_handlers(app) -> None:
-    """Every error answered as one JSON line {"error": ...} with the status STATUS_OF gives its class."""
+    """Every error answered as one JSON line {"error": ...} with the status STATUS_OF gives its class; no path of
+    this machine in it (trust.hide_paths: the served folder by its name, any other path cut to its last name)."""
     from fastapi.exceptions import RequestValidationError
     from fastapi.responses import JSONResponse
     from starlette.exceptions import HTTPException
 
+    service = getattr(app.state, "service", None)
+    folder = [service.writer.path] if service is not None else []
+
     def error(status: int, line: str) -> JSONResponse:
-        return JSONResponse({"error": one_line(line)}, status_code=status)
+        return JSONResponse({"error": one_line(hide_paths(line, *folder))}, status_code=status)
 
     for exc_class, status in STATUS_OF.items():
         app.add_exception_handler(exc_class, lambda request, exc, status=status: error(status, str(exc)))
@@ -413,7 +418,7 @@ def add_memory_routes(app, service: "Service") -> None:
 
     @app.get("/status", summary="the build's progress: messages received, filed, pending; boxes to extract; errors")
     def status() -> dict:
-        return service.status()
+        return public_status(service.status(), service.writer.path)  # its last error names no path
 
     @app.post("/memories", status_code=202, summary="store messages now, file them in the background")
     def add(body: m.AddBody) -> dict:

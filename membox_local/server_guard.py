@@ -11,6 +11,7 @@ import os
 
 from .cli import one_line
 from .ingest import InputError
+from .trust import hide_paths
 
 DEFAULT_HOST = "127.0.0.1"
 API_KEY_ENV = "MEMBOX_API_KEY"
@@ -126,9 +127,18 @@ class Guard:
         return bounded
 
 
+def public_status(status: dict, folder) -> dict:
+    """A served memory's status (Service.status) as a client reads it (GET /status, memory_status): its last error's
+    line with no path of this machine (hide_paths; the memory folder by its name)."""
+    error = status.get("last_error")
+    if not error or not isinstance(error.get("error"), str):
+        return status
+    return {**status, "last_error": {**error, "error": hide_paths(error["error"], folder)}}
+
+
 async def send_error(send, status: int, line: str, headers: dict[str, str] | None = None) -> None:
-    """A JSON error response, {"error": one line}, from plain ASGI."""
-    body = json.dumps({"error": one_line(line)}).encode("utf-8")
+    """A JSON error response, {"error": one line with no path of this machine}, from plain ASGI."""
+    body = json.dumps({"error": one_line(hide_paths(line))}).encode("utf-8")
     head = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     head += [(k.encode("latin-1"), v.encode("latin-1")) for k, v in (headers or {}).items()]
     await send({"type": "http.response.start", "status": status, "headers": head})

@@ -11,6 +11,9 @@ bidi override can show text in another order. Two layers keep them off the termi
   `membox export`) still parses to the same text: json.dumps escapes C0 itself, and `\\u0085` in a string means
   the character it replaced. The progress bar writes to the unfiltered stream (its own `\\r`), its texts through
   `visible`. Files (`membox view -o`, `export -o`) are written as they are.
+A library's progress bar (tqdm's: transformers' "Loading weights", an evaluation's bar) is library output meant for
+the terminal, not data: what tqdm writes keeps the two controls it draws with (a carriage return, the cursor moved up
+a line) and has every other one escaped; with `--quiet` (`drop_bars`) it is not written at all.
 """
 from __future__ import annotations
 
@@ -42,11 +45,37 @@ def visible(text: str) -> str:
     return "".join(_escape(c) if _unsafe(c) else c for c in text)
 
 
-def filtered(text: str) -> str:
-    """What the guarded streams write: newline and tab kept, the rest of `visible`'s set as `\\uXXXX`."""
+def filtered(text: str, keep: str = "\n\t") -> str:
+    """What the guarded streams write: newline and tab (the characters of `keep`) kept, the rest of `visible`'s set
+    as `\\uXXXX`."""
     if text.isprintable():
         return text
-    return "".join(f"\\u{ord(c):04x}" if _unsafe(c) and c not in "\n\t" else c for c in text)
+    return "".join(f"\\u{ord(c):04x}" if _unsafe(c) and c not in keep else c for c in text)
+
+
+BAR_CURSOR_UP = "\x1b[A"  # tqdm's move to the line above (a bar among several)
+
+
+def bar_filtered(text: str) -> str:
+    """What a progress bar writes, filtered: its carriage returns and cursor-up moves kept, every other control
+    escaped (a bar's description is a library's text, or went through `visible`)."""
+    return BAR_CURSOR_UP.join(filtered(part, keep="\n\t\r") for part in text.split(BAR_CURSOR_UP))
+
+
+def from_progress_bar() -> bool:
+    """Whether the write being filtered comes from tqdm (its file wrapper, or tqdm.write): the caller of
+    GuardedStream.write, or the one before it."""
+    try:
+        frame = sys._getframe(2)
+    except ValueError:  # called from the top of a stack
+        return False
+    for _ in range(2):
+        if frame is None:
+            return False
+        if frame.f_globals.get("__name__", "").partition(".")[0] == "tqdm":
+            return True
+        frame = frame.f_back
+    return False
 
 
 def visible_lines(text: str) -> str:
@@ -61,8 +90,13 @@ class GuardedStream(io.TextIOBase):
     def __init__(self, stream):
         super().__init__()
         self.unfiltered = stream
+        self.bars = True  # progress bars of libraries drawn (False: dropped, `--quiet`)
 
     def write(self, text: str) -> int:
+        if from_progress_bar():
+            if self.bars:
+                self.unfiltered.write(bar_filtered(text))
+            return len(text)
         self.unfiltered.write(filtered(text))
         return len(text)
 
@@ -102,6 +136,13 @@ def guarded_streams():
             if isinstance(stream, GuardedStream):
                 stream.flush()
         sys.stdout, sys.stderr = saved
+
+
+def drop_bars() -> None:
+    """From now on, the guarded streams drop what progress bars write (tqdm's, a library's): `--quiet`."""
+    for stream in (sys.stdout, sys.stderr):
+        if isinstance(stream, GuardedStream):
+            stream.bars = False
 
 
 def unfiltered(stream):

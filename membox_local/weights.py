@@ -125,16 +125,17 @@ def _join_chunks(spec: ModelSpec) -> Path:
 
 
 def resolve_model(name_or_path: str, manifest: dict[str, ModelSpec] | None = None) -> Path:
-    """Return a local path for a manifest name or an existing file/folder path."""
+    """Return a local path for a manifest name or an existing file/folder path. A manifest name is the manifest's
+    model: a file or folder of that name in the working directory never shadows it."""
     if not name_or_path.strip():
         raise ModelNotFound("no model named: the config's model is empty; name one in the manifest or a path")
+    manifest = manifest if manifest is not None else load_manifest()
     p = Path(os.path.expanduser(name_or_path))
     try:
-        if p.exists():
+        if name_or_path not in manifest and p.exists():
             return p
     except OSError:  # a name too long for a path: it can still be a manifest name
         pass
-    manifest = manifest if manifest is not None else load_manifest()
     if name_or_path not in manifest:
         raise ModelNotFound(
             f"model '{name_or_path}' is neither an existing path nor a name in {MANIFEST} "

@@ -19,7 +19,7 @@ from membox_local.ingest import InputError
 from membox_local.loom import excerpt, excerpt_budget
 from membox_local.memory import Memory
 from membox_local.records import Message
-from membox_local.terminal import filtered, visible
+from membox_local.terminal import bar_filtered, filtered, visible
 from membox_local.testing import FakeBackend, FakeEmbedder
 
 from conftest import DEMO
@@ -137,6 +137,34 @@ def test_visible_and_filtered():
     assert visible("a\x1b[2Jb\nc\u202e") == "a\\x1b[2Jb\\x0ac\\u202e"
     assert visible("Zoë 猫 🐈") == "Zoë 猫 🐈"
     assert filtered("line\n\tx\x1b\x85") == "line\n\tx\\u001b\\u0085"
+    assert bar_filtered("\rLoading: 50%\x1b[A\x1b]0;x\x07") == "\rLoading: 50%\x1b[A\\u001b]0;x\\u0007"
+
+
+@pytest.mark.parametrize("quiet", [False, True])
+def test_a_library_progress_bar_draws_or_is_quiet_and_data_stays_escaped(tmp_path, monkeypatch, capsys, quiet):
+    """A library's own tqdm bar (transformers' "Loading weights") under the command line's guard: drawn with its
+    carriage returns, not shown as "\\u000dLoading weights"; with --quiet not at all. Data printed meanwhile is
+    escaped as always."""
+    import sys
+
+    from tqdm import tqdm
+
+    from membox_local import exchange
+
+    def loading_then_refusing(path, progress=None):
+        for _ in tqdm(range(3), desc="Loading weights", mininterval=0):  # on sys.stderr: the guarded stream
+            pass
+        print(f"data: {ESCAPES}", file=sys.stderr)
+        raise InputError("refused")
+
+    monkeypatch.setattr(exchange, "read_export", loading_then_refusing)
+    assert main(["import", str(tmp_path / "m"), "x.jsonl"] + (["--quiet"] if quiet else [])) == 2
+    err = capsys.readouterr().err
+    assert "\\u000dLoading" not in err and filtered(f"data: {ESCAPES}") in err and "error: refused" in err
+    if quiet:
+        assert "Loading weights" not in err and "\r" not in err  # nor the command's own bar
+    else:
+        assert "\rLoading weights: 100%" in err
 
 
 # ---- Ctrl-C ------------------------------------------------------------------------------------------------------

@@ -198,6 +198,32 @@ def test_bad_input_is_one_line_and_the_right_status(tmp_path, cfg):
         assert api.get("/status").json()["messages_received"] == 0
 
 
+def test_error_bodies_name_no_path_of_this_machine(tmp_path, cfg):
+    """An unknown id is refused naming the memory folder by its name, never by its path (docs/reliability.md)."""
+    with rest(tmp_path / "mem", cfg) as api:
+        assert api.post("/memories", json=DEMO_MESSAGES[:4]).status_code == 202
+        wait_until(lambda: api.get("/status").json(), lambda s: s["messages_pending"] == 0)
+        for method, path in (("GET", "/memories/424242"), ("GET", f"/conversations/{CONV}/messages/m9"),
+                             ("GET", "/conversations/nobody/memories"), ("DELETE", "/conversations/nobody"),
+                             ("PUT", f"/conversations/{CONV}/messages/m9")):
+            r = api.request(method, path, json={"text": "x"} if method == "PUT" else None)
+            line = error_line(r)
+            assert r.status_code == 404 and str(tmp_path) not in line and "/tmp" not in line, (path, line)
+        assert error_line(api.get("/memories/424242")) == "mem: no box 424242"
+
+
+def test_the_status_names_no_path_of_this_machine(tmp_path, cfg):
+    """A filing error's line, shown by GET /status, with the path in it cut to its last name."""
+    class Broken(FakeEmbedder):
+        def encode(self, texts):
+            raise RuntimeError(f"cannot read {tmp_path}/models/minilm/model.safetensors")
+
+    with rest(tmp_path / "mem", cfg, embedder=Broken(), retry_s=60) as api:
+        assert api.post("/memories", json=DEMO_MESSAGES).status_code == 202
+        status = wait_until(lambda: api.get("/status").json(), lambda s: s["last_error"] is not None)
+        assert status["last_error"]["error"] == "RuntimeError: cannot read .../model.safetensors"
+
+
 def test_a_write_waits_for_the_filer_then_is_refused_while_readers_go_on(tmp_path, cfg):
     slow = GatedEmbedder()
     with rest(tmp_path / "mem", cfg, embedder=slow, write_wait_s=0.3) as api:
@@ -406,7 +432,7 @@ def test_mcp_tools_over_streamable_http(tmp_path, cfg):
             got, error = await call(client, "get_memories", conversation_id=CONV, kind="messages", limit=3)
             assert not error and [m["message_id"] for m in got["items"]] == [m["message_id"] for m in DEMO_MESSAGES[:3]]
             text, error = await call(client, "get_memories", conversation_id="nobody")
-            assert error and "no conversation 'nobody'" in text
+            assert error and "no conversation 'nobody'" in text and str(tmp_path) not in text  # the folder's name
             text, error = await call(client, "search_memory", query="x" * 2001)
             assert error and "at most 2000 characters" in text
             first = DEMO_MESSAGES[0]["message_id"]
