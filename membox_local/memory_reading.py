@@ -40,6 +40,12 @@ def check_question(question: object, where: str) -> None:
                          f"{exc.start})") from None
 
 
+def check_today(today: str) -> None:
+    """`today` is empty or a date: else an InputError."""
+    if today and parse_session_date(today) is None:
+        raise InputError(f"today: not a date: {today!r} (e.g. '2023-03-16' or '14:24 on 16 March, 2023')")
+
+
 class Reading:
     """A part of `Memory` (memory.py: the class is made of these parts); it uses the attributes and models
     Memory.__init__ sets (store, config, components, the write lock)."""
@@ -109,11 +115,15 @@ class Reading:
         """The answering model over the question's context (`kw`: mode, k, budget_tokens). `today`: when the
         question is asked ("14:24 on 16 March, 2023", "2023-03-16"): the model is told the date, each excerpt's
         date line says how long before it was, and "two weeks ago" in the question is resolved against it."""
-        if today and parse_session_date(today) is None:
-            raise InputError(f"today: not a date: {today!r} (e.g. '2023-03-16' or '14:24 on 16 March, 2023')")
+        check_today(today)
         ctx = self.context(question, conversation_id, **kw)
-        asked = resolve_relative(question, today) if today and self.config.retrieve.resolve_dates else question
-        return self.answer_from(asked, ctx, conversation_id, today=today)
+        return self.answer_from(self.asked(question, today), ctx, conversation_id, today=today)
+
+    def asked(self, question: str, today: str = "") -> str:
+        """The question as the answering model reads it: "two weeks ago" resolved against `today` when given (and
+        `[retrieve] resolve_dates`). A server retrieves and answers under separate locks (server.Service.answer)."""
+        check_today(today)
+        return resolve_relative(question, today) if today and self.config.retrieve.resolve_dates else question
 
     def answer_from(self, question: str, ctx: Context, conversation_id: str | None = None,
                     backend: Backend | None = None, today: str = "") -> Answer:

@@ -5,7 +5,7 @@ memory system adds its own tables and queries as a mixin class (`TABLES`, `SCHEM
 merge rules, e.g. systems/membox_tables.py); `store_class(mixins)` composes them with `Store`, and opening
 the store creates or migrates each part's tables under its own version (meta `schema_version` for the shared
 tables, `schema_version.<name>` for a system's; a schema only ever grows, see Store._migrate). The database runs
-in WAL mode. A message row is written before it is processed and marked processed in the same transaction that
+in WAL mode, each thread on a connection of its own. A message row is written before it is processed and marked processed in the same transaction that
 files it, so an interrupted build resumes exactly where it stopped. The messages table's filing columns (box_id, decision, score, processed)
 record the box memory's progress; they predate the split into systems and stay here. The history table
 records every change to a message or a box (Memory.history), with ids and counts only, never a message's text.
@@ -17,7 +17,6 @@ from __future__ import annotations
 import hashlib
 import json
 import sqlite3
-import threading
 import time
 from contextlib import contextmanager
 from datetime import datetime, timezone
@@ -29,6 +28,7 @@ import numpy as np
 from .ingest import metadata_text
 from .private import private_file, tighten
 from .records import Change, Message
+from .store_connections import BUSY_TIMEOUT_S, CACHE_KIB, Connections  # noqa: F401  (BUSY_TIMEOUT_S: the store's API)
 from .store_lock import LOCK_FILE, NotFound, StoreBusy, StoreError, WriteLock  # noqa: F401  (the store's API)
 
 SCHEMA_VERSION = 4
@@ -155,7 +155,8 @@ def text_key(text: str) -> str:
 
 
 class Store:
-    """A memory folder's database. One connection, guarded by a lock; writes go through `transaction()`."""
+    """A memory folder's database: one connection per thread (store_connections.py); writes go through
+    `transaction()`, one at a time."""
 
     TABLES = "core"
     SCHEMA = SCHEMA
@@ -175,15 +176,10 @@ class Store:
             for suffix in ("-wal", "-shm"):
                 tighten(f"{self.path}{suffix}")
             tighten(self.path.parent / LOCK_FILE)  # the folder's write lock (WriteLock), as an older version left it
-        self._lock = threading.RLock()
-        self.db = sqlite3.connect(str(self.path), check_same_thread=False, isolation_level=None)
-        self.db.row_factory = sqlite3.Row
+        # one connection per thread, writes in turn (store_connections.py)
+        self._conns = Connections(self.path, self._setup, StoreBusy)
+        self._lock = self._conns.lock
         self.db.execute("PRAGMA journal_mode=WAL")
-        self.db.execute("PRAGMA synchronous=NORMAL")
-        self.db.execute("PRAGMA foreign_keys=ON")
-        # deleted rows are overwritten with zeros, not left in free pages (forgetting: Memory.forget)
-        self.db.execute("PRAGMA secure_delete=ON")
-        self._depth = 0
         # seconds spent inside write transactions (BEGIN to COMMIT) and how many committed: the build profile's
         # "store" stage reads their growth around each piece of work (profile.py)
         self.write_s = 0.0
@@ -228,13 +224,41 @@ class Store:
         if column not in {r["name"] for r in self.db.execute(f"PRAGMA table_info({table})")}:
             self.db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {declaration}")
 
+    @staticmethod
+    def _setup(conn: sqlite3.Connection) -> None:
+        """The settings of each new connection."""
+        conn.execute("PRAGMA synchronous=NORMAL")
+        conn.execute(f"PRAGMA cache_size=-{CACHE_KIB}")
+        conn.execute("PRAGMA foreign_keys=ON")
+        # deleted rows are overwritten with zeros, not left in free pages (forgetting: Memory.forget)
+        conn.execute("PRAGMA secure_delete=ON")
+
+    @property
+    def db(self) -> sqlite3.Connection:
+        """This thread's connection (store_connections.Connections)."""
+        return self._conns.get()
+
+    @db.setter
+    def db(self, conn: sqlite3.Connection) -> None:
+        self._conns.set(conn)
+
+    @property
+    def _depth(self) -> int:
+        return self._conns.depth
+
+    @_depth.setter
+    def _depth(self, value: int) -> None:
+        self._conns.depth = value
+
     @contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
+        """A write transaction on this thread's connection (nested ones join the outer one): committed whole
+        when the block ends, rolled back whole when it raises."""
         with self._lock:
             outer = self._depth == 0
             if outer:
                 t0 = time.perf_counter()
-                self.db.execute("BEGIN IMMEDIATE")
+                self._conns.begin_write()
             self._depth += 1
             try:
                 yield self.db
@@ -250,8 +274,8 @@ class Store:
                 self.writes += 1
 
     def close(self) -> None:
-        with self._lock:
-            self.db.close()
+        """Close every thread's connection; the store is not used after."""
+        self._conns.close()
 
     def get_meta(self, key: str, default: str | None = None) -> str | None:
         row = self.db.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
@@ -261,19 +285,11 @@ class Store:
         with self.transaction():
             self.db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, value))
 
-    @contextmanager
-    def reading(self) -> Iterator[sqlite3.Connection]:
-        """One consistent view of the store over several queries (a read transaction: a build writing meanwhile
-        is not seen half-way); inside a transaction, that one's view."""
-        with self._lock:
-            if self._depth:
-                yield self.db
-                return
-            self.db.execute("BEGIN")
-            try:
-                yield self.db
-            finally:
-                self.db.execute("COMMIT")
+    def reading(self):
+        """One consistent view of the store over several queries (a read transaction on this thread's connection:
+        a build writing meanwhile is not seen half-way, and is not waited for); inside a transaction, that one's
+        view."""
+        return self._conns.read()
 
     # ---- messages -------------------------------------------------------------------------------
     def add_messages(self, messages: Iterable[Message]) -> int:

@@ -19,7 +19,7 @@ LAYERS: list[tuple[str, set[str]]] = [
     ("retrieval modes", {"retrieval", "retrieval.baselines", "retrieval.compact", "retrieval.boxhits",
                          "retrieval.eventgraph"}),
     ("registry", {"systems"}),
-    ("storage, models, input", {"store", "store_lock", "index", "weights", "ingest", "prompts", "backends",
+    ("storage, models, input", {"store", "store_lock", "store_connections", "index", "weights", "ingest", "prompts", "backends",
                                 "backends.llamacpp", "backends.openai", "backends.vllm", "backends.transformers",
                                 "backends.router",
                                 "embed", "testing", "continuity",
@@ -32,9 +32,9 @@ LAYERS: list[tuple[str, set[str]]] = [
     ("memory's parts", {"memory_settings", "memory_filing", "memory_erasure", "memory_verbs", "memory_reading"}),
     ("memory", {"memory", "exchange"}),
     ("applications", {"__init__", "execution.ray_engine", "show", "view", "compare", "cli", "evaluation", "graph_cli",
-                      "api_models", "server", "server_guard", "mcp_server",
+                      "api_models", "service", "server", "server_guard", "mcp_server",
                       "evaluation.scorers", "evaluation.segmentation", "evaluation.locomo", "evaluation.locomo_report", "evaluation.longmemeval", "evaluation.results",
-                      "evaluation.integrity", "evaluation.crash", "evaluation.backtracking", "evaluation.next_turn", "evaluation.bounded",
+                      "evaluation.integrity", "evaluation.crash", "evaluation.soak", "evaluation.backtracking", "evaluation.next_turn", "evaluation.bounded",
                       "fit", "fit.*"}),
 ]
 

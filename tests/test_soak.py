@@ -1,0 +1,195 @@
+"""The server under a steady mixed load: the store's connections per thread (no statement of one thread runs on
+another's connection, a write waits out another's), reads that never wait for the answering model, and the soak
+(membox_local/evaluation/soak.py): its figures on made-up tallies, and a minute of it against the real server."""
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+
+import pytest
+
+from membox_local.evaluation import soak as S
+from membox_local.memory import Memory
+from membox_local.records import Message
+from membox_local.store import Store
+from membox_local.testing import FakeBackend, FakeEmbedder
+
+
+def msg(conv: str, i: int) -> Message:
+    return Message(conv, f"m{i}", "A" if i % 2 else "B", f"message number {i} about the weather", session="1",
+                   session_date="1 June, 2024")
+
+
+def test_threads_write_and_read_one_store_at_once_without_errors(tmp_path):
+    """Eight threads add messages to one Store and read its filing counts while another Store of the folder (the
+    server's filer) holds long write transactions: nothing raises (one connection shared by the threads raised
+    'another row available' and 'database is locked' here, hundreds of times), every message is stored once, and a
+    read never waits for the long write."""
+    store, filer = Store(tmp_path / "memory.db"), Store(tmp_path / "memory.db")
+    errors, read_waits = [], []
+    stop = threading.Event()
+
+    def slow_writer():
+        while not stop.is_set():
+            with filer.transaction():
+                filer.db.execute("INSERT OR REPLACE INTO meta VALUES ('slow', ?)", (str(time.time()),))
+                time.sleep(0.1)
+            time.sleep(0.02)
+
+    def worker(t: int):
+        for i in range(30):
+            try:
+                assert store.add_messages([msg(f"c{t}-{i % 10}", i)]) == 1
+                t0 = time.monotonic()
+                store.filing_counts()
+                read_waits.append(time.monotonic() - t0)
+                store.conversations()
+            except Exception as exc:  # noqa: BLE001 - collected for the assertion
+                errors.append(repr(exc))
+
+    slow = threading.Thread(target=slow_writer)
+    slow.start()
+    threads = [threading.Thread(target=worker, args=(t,)) for t in range(8)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    stop.set()
+    slow.join()
+    assert errors == []
+    assert sum(s for s, _ in store.filing_counts().values()) == 8 * 30
+    assert sorted(read_waits)[len(read_waits) // 2] < 0.05  # reads see committed data, not waiting for the write
+    store.close()
+    filer.close()
+
+
+def test_connections_of_ended_threads_are_closed_and_a_closed_store_refuses(tmp_path):
+    store = Store(tmp_path / "memory.db")
+    for _ in range(20):
+        th = threading.Thread(target=store.conversations)
+        th.start()
+        th.join()
+    store.conversations()
+    assert len(store._conns) <= 2  # this thread's and at most the last ended one's
+    store.close()
+    th_error = []
+    th = threading.Thread(target=lambda: th_error.append(pytest.raises(Exception, store.conversations)))
+    th.start()
+    th.join()
+    assert th_error
+
+
+def test_a_memory_in_memory_shares_one_connection_across_threads():
+    store = Store(":memory:")
+    store.add_messages([msg("c", 0)])
+    seen = []
+    th = threading.Thread(target=lambda: seen.append(store.filing_counts()))
+    th.start()
+    th.join()
+    assert seen == [{"c": (1, 0)}]
+
+
+class GatedAnswers(FakeBackend):
+    """Answers once `gate` is set (a slow answering model)."""
+
+    def __init__(self):
+        super().__init__()
+        self.gate, self.started = threading.Event(), threading.Event()
+
+    def text_batch(self, requests):
+        self.started.set()
+        assert self.gate.wait(30), "the test never opened the gate"
+        return super().text_batch(requests)
+
+
+def test_a_search_does_not_wait_for_an_answer_and_status_says_what_waits(tmp_path, cfg):
+    from membox_local.server import Service
+
+    from conftest import DEMO
+    import json
+
+    messages = [json.loads(line) for line in DEMO.read_text().splitlines() if line.strip()]
+    writer = Memory(tmp_path / "mem", cfg, backend=FakeBackend(), embedder=FakeEmbedder())
+    answers = GatedAnswers()
+    reader = Memory(tmp_path / "mem", cfg, backend=answers, embedder=FakeEmbedder())
+    service = Service(writer, reader, poll_s=0.2)
+    service.start()
+    try:
+        got = service.receive(messages, seal=True)
+        assert got["new"] == len(messages) and got["already_stored"] == 0
+        again = service.receive(messages[:3])
+        assert again["new"] == 0 and again["already_stored"] == 3  # a retry stores nothing twice, and says so
+        deadline = time.time() + 30
+        while service.status()["messages_pending"] or service.status()["boxes_pending_extraction"]:
+            assert time.time() < deadline
+            time.sleep(0.05)
+        asking = threading.Thread(target=service.answer, args=("Which race did Maya sign up for?", "maya-tom"))
+        asking.start()
+        assert answers.started.wait(10)
+        t0 = time.monotonic()
+        hits = service.search("Which race did Maya sign up for?", "maya-tom", 2)
+        assert time.monotonic() - t0 < 2 and hits  # the answer still holds its model
+        second = threading.Thread(target=service.answer, args=("What is Tom's cat called?", "maya-tom"))
+        second.start()
+        deadline = time.time() + 10
+        while service.status()["waiting"]["answer"] != 1:
+            assert time.time() < deadline
+            time.sleep(0.02)
+        answers.gate.set()
+        asking.join(30)
+        second.join(30)
+        assert service.status()["waiting"] == {"search": 0, "answer": 0}
+    finally:
+        answers.gate.set()
+        service.close()
+
+
+# ---- the soak's figures ------------------------------------------------------------------------------------------
+def test_the_plan_mixes_adds_searches_and_answers_over_the_conversations():
+    load = S.Load(conversations=5)
+    nth = S.request_plan(load, 3, [("A", "hi"), ("B", "hello")])
+    routes = Counter()
+    convs = set()
+    ids = set()
+    for n in range(1, 601):
+        route, args = nth(n)
+        routes[route] += 1
+        convs.add(args["conversation_id"])
+        if route == "add":
+            ids.add(args["messages"][0]["message_id"])
+    assert routes["answer"] == 30 and routes["search"] == 190 and routes["add"] == 380
+    assert convs == {f"soak-{i:02d}" for i in range(5)} and len(ids) == 380  # every add a new message id
+
+
+def test_the_report_finds_500s_tracebacks_and_messages_lost_doubled_or_stored_after_a_refusal():
+    tally = S.Tally()
+    tally.add("add", "202", 0, 0.01, ("a", "1"))
+    tally.add("add", "202", 0, 0.02, ("a", "2"))
+    tally.add("add", "500", 0, 0.5, ("a", "3"))
+    tally.add("search", "200", 0, 0.1)
+    tally.add("search", "200", 0, 0.3)
+    stored = Counter({("a", "1"): 1, ("a", "3"): 1})
+    log = "INFO ok\nTraceback (most recent call last):\n  File x\nsqlite3.DatabaseError: another row available\n"
+    res = S.report(tally, stored, [(0, 900.0), (30, 950.0), (60, 1000.0), (120, 1010.0)], log, S.Load(), 60.0,
+                   ("200", "202"))
+    assert res["server_errors"] == 1 and res["tracebacks"] == 1
+    assert res["accepted_not_stored"] == [("a", "2")] and res["refused_but_stored"] == [("a", "3")]
+    assert res["rss"]["growth_mb"] == pytest.approx(10.0) and res["rss"]["max_mb"] == 1010.0
+    assert res["routes"]["search"]["requests"] == 2 and res["routes"]["search"]["max_s"] == pytest.approx(0.3)
+    lines = S.verdicts(res)
+    assert len(lines) == 4 and any("traceback" in line for line in lines)
+    clean = S.report(S.Tally(), Counter(), [], "", S.Load(), 60.0, ("200", "202"))
+    assert S.verdicts(clean) == []
+
+
+@pytest.mark.integration
+def test_a_minute_of_mixed_load_on_the_real_server_has_no_500_and_loses_nothing(tmp_path):
+    """`membox serve --config cpu-fast` (SmolLM2 + MiniLM) under 4 clients for a minute: no 5xx, no traceback,
+    every accepted message stored once."""
+    pytest.importorskip("llama_cpp")
+    pytest.importorskip("fastapi")
+    load = S.Load(clients=4, seconds=60, conversations=6, timeout_s=120)
+    res = S.soak(tmp_path / "mem", "cpu-fast", load, warm_s=20)
+    assert S.verdicts(res) == [], res["statuses"]
+    assert res["accepted"] > 20 and res["routes"]["search"]["requests"] > 10
