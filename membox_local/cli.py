@@ -253,8 +253,7 @@ def _ask(mem, args) -> None:
                          f"{', '.join(mem.config.memory.systems)}); its modes: {', '.join(mem.modes())}")
     _require_conversation(mem.store, args.conversation)
     for q in args.question:
-        ans = mem.answer(q, args.conversation, today=args.today or "", mode=args.mode, k=args.k,
-                         budget_tokens=args.budget)
+        ans = _answer_showing_the_wait(mem, args, q)
         if args.json:
             print(json.dumps({"question": q, "answer": ans.text, "boxes": ans.context.box_ids,
                               "context_tokens": ans.context.tokens}))
@@ -264,6 +263,23 @@ def _ask(mem, args) -> None:
         if args.verbose:
             print("\n".join("   " + visible(line) for line in ans.context.text.split("\n")))
         print()
+
+
+def _answer_showing_the_wait(mem, args, question: str):
+    """Memory.answer's steps, each said on stderr while it runs when that is a terminal (execution.progress.Waiting):
+    loading the answering model (the first question), searching, reading the context's tokens."""
+    from .execution.progress import Waiting
+
+    today = args.today or ""
+    asked = mem.asked(question, today)  # `today` checked before any work
+    with Waiting(quiet=args.quiet) as wait:
+        model = mem.config.answer_llm().model
+        wait.say(f"loading {model}")
+        mem.answer_backend
+        wait.say(f"searching {args.store}")
+        ctx = mem.context(question, args.conversation, mode=args.mode, k=args.k, budget_tokens=args.budget)
+        wait.say(f"reading {ctx.tokens} tokens with {model}")
+        return mem.answer_from(asked, ctx, args.conversation, today=today)
 
 
 def cmd_show(args) -> int:
@@ -455,6 +471,7 @@ def _add_ask(sub) -> None:
                    "model, each excerpt's date then says how long before it was")
     a.add_argument("--json", action="store_true", help="one JSON object per question (answer, boxes, tokens)")
     a.add_argument("-v", "--verbose", action="store_true", help="print the context too")
+    a.add_argument("--quiet", action="store_true", help="no line of what it is doing (shown only on a terminal)")
     a.set_defaults(func=cmd_ask)
 
 

@@ -11,8 +11,8 @@ Three Memories' stores (each thread on a connection of its own: store.Store), on
   tries to write (`membox build`, `membox forget`) is refused, readers (`membox ask`, `membox view`) work on. Inside
   the server the filer and the write verbs (update, delete, reset) take turns on it (`Service.writing`): a verb waits
   up to WRITE_WAIT_S for the conversation being filed, then answers 409;
-- the intake store writes received messages, so a POST never waits for a model; a write waits out another's
-  (store_connections.BUSY_TIMEOUT_S), it does not fail;
+- the intake store writes received messages on a thread of its own, so a POST never waits for a model; a write
+  waits out another's (store_connections.BUSY_TIMEOUT_S), it does not fail;
 - the reader Memory serves searches, gets and answers with models of its own and never takes the write lock; it
   reads committed data while the filer writes. Its models run on two threads of their own: searches (and an
   answer's retrieval) on one, a short wait; answers on the other (a llama.cpp instance serves one call at a time),
@@ -86,9 +86,11 @@ class Service:
         # answering model; a llama.cpp instance serves one call at a time), so no search waits for an answer, and
         # the native state models keep per calling thread (torch's and llama.cpp's thread pools, allocator caches)
         # exists twice, not once per HTTP worker thread
+        # and the messages received are stored on a third ("intake": one SQLite connection and its pages, not one per
+        # HTTP worker thread; the adds take turns on the write lock anyway)
         self._workers = {kind: ThreadPoolExecutor(1, thread_name_prefix=f"membox-{kind}")
-                         for kind in ("search", "answer")}
-        self.waiting = {"search": 0, "answer": 0}  # requests queued for each now, not yet started (GET /status)
+                         for kind in ("intake", "search", "answer")}
+        self.waiting = {kind: 0 for kind in self._workers}  # requests queued for each now, not started (GET /status)
         self._waiting_lock = threading.Lock()
         self._seal_lock = threading.Lock()  # read-modify-write of the seal requests (SEAL_KEY)
         self._wake, self._stop = threading.Event(), threading.Event()
@@ -149,7 +151,11 @@ class Service:
         msgs = as_messages(messages, "add", conversation_id, user_id, agent_id, metadata)
         if not msgs:
             raise InputError("add: no messages given")
-        new = self.intake.add_messages(msgs)  # committed before the 202
+        return self._on("intake", self._store_received, msgs, seal)
+
+    def _store_received(self, msgs: list, seal: bool) -> dict:
+        """On the intake thread: the messages committed (before the 202), the seal asked for, the filer woken."""
+        new = self.intake.add_messages(msgs)
         self.received += new
         convs = list(dict.fromkeys(m.conversation_id for m in msgs))
         if seal:
@@ -267,7 +273,7 @@ class Service:
             "filing": dict(filing) if filing else None,
             "filer_alive": self._thread is not None and self._thread.is_alive(),
             "last_error": self.last_error,
-            # requests waiting now: for the reader's search lock, for its answering model
+            # requests queued now, not started: to store received messages, to search, for the answering model
             "waiting": dict(self.waiting),
             "since_start": {"received": self.received, "filed": self.filed,
                             "seconds": round(time.time() - self.started_at, 1)},
@@ -275,7 +281,7 @@ class Service:
 
     # ---- reading (the reader Memory; no write lock) ---------------------------------------------------------------
     def _on(self, kind: str, fn, *args, **kw):
-        """Run `fn` on the reader's `kind` thread ("search" or "answer") and wait for its result (or its error)."""
+        """Run `fn` on the `kind` thread ("intake", "search" or "answer") and wait for its result (or its error)."""
         def job():
             with self._waiting_lock:
                 self.waiting[kind] -= 1
@@ -288,7 +294,7 @@ class Service:
         except RuntimeError:  # shut down: the server is stopping
             with self._waiting_lock:
                 self.waiting[kind] -= 1
-            raise StoreBusy("the server is stopping; nothing was read") from None
+            raise StoreBusy("the server is stopping; nothing was done") from None
         return future.result()
 
     def search(self, query: str, conversation_id: str | None = None, k: int | None = None, **filters) -> list[dict]:
@@ -302,6 +308,7 @@ class Service:
             raise InputError(f"answer: no retrieval mode {mode!r} here; this memory serves "
                              f"{', '.join(self.reader.modes())}")
         check_today(today)
+        self._filed_yet(conversation_id)
         ctx = self._on("search", self.reader.context, question, conversation_id, mode=mode, **options)
         ans = self._on("answer", self.reader.answer_from, self.reader.asked(question, today), ctx, conversation_id,
                        today=today)
@@ -311,6 +318,16 @@ class Service:
         return {"question": question, "answer": ans.text, "boxes": ctx.box_ids, "messages": ctx.message_ids,
                 "context_tokens": ctx.tokens, "parts": [{"what": w, "amount": a} for w, a in ans.parts],
                 "unmentioned": list(ans.unmentioned)}
+
+    def _filed_yet(self, conversation_id: str | None) -> None:
+        """A conversation whose messages are stored but none filed yet has nothing to answer from (box-hits refuses
+        it): StoreBusy (409), saying so, rather than an error of the retrieval mode."""
+        if conversation_id is None:
+            return
+        stored, filed = self.intake.filing_counts().get(conversation_id, (0, 0))
+        if stored and not filed:
+            raise StoreBusy(f"conversation {conversation_id!r}: none of its {stored} message(s) is filed yet (they "
+                            f"are filed in arrival order: GET /status); ask again once they are")
 
     def get(self, id: int | tuple[str, str]) -> dict:
         return as_json(self.reader.get(id))

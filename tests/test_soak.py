@@ -139,7 +139,7 @@ def test_a_search_does_not_wait_for_an_answer_and_status_says_what_waits(tmp_pat
         answers.gate.set()
         asking.join(30)
         second.join(30)
-        assert service.status()["waiting"] == {"search": 0, "answer": 0}
+        assert service.status()["waiting"] == {"intake": 0, "search": 0, "answer": 0}
     finally:
         answers.gate.set()
         service.close()
@@ -193,3 +193,17 @@ def test_a_minute_of_mixed_load_on_the_real_server_has_no_500_and_loses_nothing(
     res = S.soak(tmp_path / "mem", "cpu-fast", load, warm_s=20)
     assert S.verdicts(res) == [], res["statuses"]
     assert res["accepted"] > 20 and res["routes"]["search"]["requests"] > 10
+
+
+def test_an_answer_on_a_conversation_with_nothing_filed_yet_is_a_409_line_not_a_500(tmp_path, cfg):
+    from membox_local.server import Service
+    from membox_local.store import StoreBusy
+
+    writer = Memory(tmp_path / "mem", cfg, backend=FakeBackend(), embedder=FakeEmbedder())
+    service = Service(writer, Memory(tmp_path / "mem", cfg, backend=FakeBackend(), embedder=FakeEmbedder()))
+    try:  # the filer is not started: the messages stay pending
+        service.receive([{"conversation_id": "c", "message_id": "1", "speaker": "A", "text": "I run on Sundays."}])
+        with pytest.raises(StoreBusy, match="none of its 1 message\\(s\\) is filed yet"):
+            service.answer("When does A run?", "c")
+    finally:
+        service.close()

@@ -151,7 +151,8 @@ def sample_rss(server: Server, stop: threading.Event, every_s: float, out: list[
 
 
 # ---- REST clients ----------------------------------------------------------------------------------------------
-def rest_call(conn: http.client.HTTPConnection, route: str, args: dict) -> tuple[int, dict]:
+def rest_call(conn: http.client.HTTPConnection, route: str, args: dict) -> tuple[int, dict, bool]:
+    """(status, body, the server closes the connection: open a new one) of one request."""
     if route == "search":
         from urllib.parse import urlencode
 
@@ -162,9 +163,9 @@ def rest_call(conn: http.client.HTTPConnection, route: str, args: dict) -> tuple
     resp = conn.getresponse()
     body = resp.read()
     try:
-        return resp.status, json.loads(body)
+        return resp.status, json.loads(body), resp.will_close
     except ValueError:
-        return resp.status, {}
+        return resp.status, {}, resp.will_close
 
 
 def rest_client(port: int, load: Load, client: int, lines: list, tally: Tally, until: float) -> None:
@@ -175,10 +176,12 @@ def rest_client(port: int, load: Load, client: int, lines: list, tally: Tally, u
         route, args = nth(n)
         t0 = time.monotonic()
         try:
-            status, _ = rest_call(conn, route, args)
-            status = str(status)
+            code, _, closing = rest_call(conn, route, args)
+            status = str(code)
         except (OSError, http.client.HTTPException) as exc:
             status = "timeout" if isinstance(exc, TimeoutError) else f"error:{type(exc).__name__}"
+            closing = True
+        if closing:  # the server said it closes the connection (or it broke): a new one for the next request
             conn.close()
             conn = http.client.HTTPConnection("127.0.0.1", port, timeout=load.timeout_s)
         message = (args["conversation_id"], args["messages"][0]["message_id"]) if route == "add" else None
@@ -278,6 +281,15 @@ def rss_growth(samples: list[tuple[float, float]], warm_s: float) -> dict[str, f
 TRACEBACK = re.compile(r"^Traceback \(most recent call last\)", re.M)
 
 
+def first_traceback(log_text: str, chars: int = 4000) -> str:
+    """The first traceback in the server's log, with the line before it (what the server was doing); "" if none."""
+    found = TRACEBACK.search(log_text)
+    if found is None:
+        return ""
+    start = log_text.rfind("\n", 0, max(found.start() - 1, 0)) + 1
+    return log_text[start:found.start() + chars]
+
+
 def report(tally: Tally, stored: Counter, samples: list, log_text: str, load: Load, warm_s: float,
            ok: tuple[str, ...]) -> dict[str, Any]:
     """The soak's figures and its verdicts: no 500, no traceback, every accepted message stored once, none of the
@@ -291,6 +303,7 @@ def report(tally: Tally, stored: Counter, samples: list, log_text: str, load: Lo
         "server_errors": sum(n for st, n in statuses.items() if st.startswith("5") or st.startswith("error")
                              or st == "timeout"),
         "tracebacks": len(TRACEBACK.findall(log_text)),
+        "first_traceback": first_traceback(log_text),
         "accepted": len(tally.accepted), "accepted_distinct": len(accepted),
         "accepted_not_stored": sorted(accepted - set(stored))[:10],
         "stored_twice": sorted(k for k, n in stored.items() if n > 1)[:10],

@@ -11,6 +11,8 @@ Two hooks, both optional and independent, so that a caller that only counts keep
 from __future__ import annotations
 
 import sys
+import threading
+import time
 from typing import Any, Callable
 
 from ..backends.base import JsonRequest, LabelRequest, ScoreRequest, TextRequest
@@ -108,3 +110,54 @@ class Bar:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+class Waiting:
+    """One line on stderr saying what a command waits for and for how long ("reading 1480 tokens with
+    qwen2.5-coder-1.5b ... 12 s"), redrawn in place twice a second and cleared when the work is done: shown only when
+    stderr is a terminal and not `quiet`, so scripts and pipes see what they saw before. Use: `with Waiting() as
+    wait: wait.say("searching"); ...`."""
+
+    def __init__(self, quiet: bool = False, stream=None):
+        out = unfiltered(stream or sys.stderr)
+        self.out = out if not quiet and out.isatty() else None
+        self.text, self.since = "", 0.0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def say(self, text: str) -> None:
+        """What is being done now (shown at once, its seconds counted from now)."""
+        with self._lock:
+            self.text, self.since = visible(text), time.monotonic()
+        self._draw()
+        if self.out is not None and self._thread is None:
+            self._thread = threading.Thread(target=self._tick, name="membox-waiting", daemon=True)
+            self._thread.start()
+
+    def _draw(self, clear: bool = False) -> None:
+        if self.out is None:
+            return
+        with self._lock:
+            line = "" if clear else f"{self.text} ... {time.monotonic() - self.since:.0f} s"
+            self.out.write("\r\x1b[K" + line)
+            self.out.flush()
+
+    def _tick(self) -> None:
+        while not self._stop.wait(0.5):
+            self._draw()
+
+    def done(self) -> None:
+        """Clear the line (the answer is printed where it was)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        self._draw(clear=True)
+        self._stop.clear()
+
+    def __enter__(self) -> "Waiting":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.done()
