@@ -525,6 +525,8 @@ BENCHMARKS_FIGURES = [
     ("| compact | 231 | {} | {} | {} | {} |",
      lambda: [pct(sum(xs := pooled(RECALL, "compact", "recall", f"budget={b}", ("conv-26", "conv-30"))) / len(xs))
               for b in BUDGETS]),
+    ("**{} 5xx, {} tracebacks**; {} adds, each stored once ({} filed); search p50 {} s, p95 {} s; resident memory {} MB "
+     "after the first minute", lambda: soak_row("soak-cpu-fast.json", "serve")),
     ("| {} | {} | {} | {} | {} |", lambda: vllm_batching(16)),
     ("| {} | {} | {} | {} | {} |", lambda: vllm_batching(4)),
     ("| demo conversation | {} | {} / {} | {} / {} | {} |", lambda: vllm_compare()),
@@ -608,6 +610,14 @@ def vllm_batching(n: int) -> list:
     rows = json.loads((RESULTS / "vllm-cpu-smoke.json").read_text())["batching"]["rows"]
     r = next(r for r in rows if r["N"] == n)
     return [n, r["turns"], f"{r['one_at_a_time_s']:.1f}", f"{r['batched_s']:.1f}", f"{r['speedup']:.2f}"]
+
+
+def soak_row(name: str, kind: str) -> list:
+    """A soak's figures as BENCHMARKS.md's Reliability rows give them (benchmarks/soak.py)."""
+    r = load(name)["results"][kind]
+    search = r["routes"]["search"]
+    return [r["server_errors"], r["tracebacks"], f"{r['accepted']:,}", f"{r['messages_filed']:,}",
+            f"{search['p50_s']:.2f}", f"{search['p95_s']:.2f}", f"{r['rss']['growth_mb']:+.0f}"]
 
 
 def vllm_compare() -> list:
