@@ -272,11 +272,11 @@ def _answer_showing_the_wait(mem, args, question: str):
 
     today = args.today or ""
     asked = mem.asked(question, today)  # `today` checked before any work
-    with Waiting(quiet=args.quiet) as wait:
+    with Waiting(quiet=getattr(args, "quiet", False)) as wait:  # `membox demo` asks without the option
         model = mem.config.answer_llm().model
         wait.say(f"loading {model}")
         mem.answer_backend
-        wait.say(f"searching {args.store}")
+        wait.say(f"searching {mem.path}")
         ctx = mem.context(question, args.conversation, mode=args.mode, k=args.k, budget_tokens=args.budget)
         wait.say(f"reading {ctx.tokens} tokens with {model}")
         return mem.answer_from(asked, ctx, args.conversation, today=today)
