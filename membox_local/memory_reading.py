@@ -121,7 +121,7 @@ class Reading:
 
     def asked(self, question: str, today: str = "") -> str:
         """The question as the answering model reads it: "two weeks ago" resolved against `today` when given (and
-        `[retrieve] resolve_dates`). A server retrieves and answers under separate locks (server.Service.answer)."""
+        `[retrieve] resolve_dates`). A server retrieves and answers on separate threads (service.Service.answer)."""
         check_today(today)
         return resolve_relative(question, today) if today and self.config.retrieve.resolve_dates else question
 

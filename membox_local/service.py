@@ -14,9 +14,9 @@ Three Memories' stores (each thread on a connection of its own: store.Store), on
 - the intake store writes received messages on a thread of its own, so a POST never waits for a model; a write
   waits out another's (store_connections.BUSY_TIMEOUT_S), it does not fail;
 - the reader Memory serves searches, gets and answers with models of its own and never takes the write lock; it
-  reads committed data while the filer writes. Its models run on two threads of their own: searches (and an
-  answer's retrieval) on one, a short wait; answers on the other (a llama.cpp instance serves one call at a time),
-  which no search waits for. GET /status says how many requests are queued for each.
+  reads committed data while the filer writes. Its models run on threads of their own: searches (and an answer's
+  retrieval) on one, a short wait; answers on another (a llama.cpp instance serves one call at a time), which no
+  search waits for. GET /status says how many requests are queued for each.
 """
 from __future__ import annotations
 
@@ -74,20 +74,19 @@ class Service:
             writer.check_models()
             self.reader = reader or Memory(writer.path, writer.config)
             # each thread of the server reads and writes on a connection of its own (store.Store), and a write waits
-            # out another's (store.BUSY_TIMEOUT_S, longer than the writer's VACUUM)
+            # out another's (store_connections.BUSY_TIMEOUT_S, longer than the writer's VACUUM)
             self.intake = open_store(writer.path)
         except BaseException:
             self._close_memories()
             raise
         self.write_wait_s, self.retry_s, self.poll_s = write_wait_s, retry_s, poll_s
         self._turn = threading.Lock()  # the writer's turn: one filing slice or one write verb at a time
-        # the reader's models run on two threads of their own, each request's work handed to one and waited for:
-        # "search" (the embedder and vector indexes: searches, an answer's retrieval; a short wait) and "answer" (the
-        # answering model; a llama.cpp instance serves one call at a time), so no search waits for an answer, and
-        # the native state models keep per calling thread (torch's and llama.cpp's thread pools, allocator caches)
-        # exists twice, not once per HTTP worker thread
-        # and the messages received are stored on a third ("intake": one SQLite connection and its pages, not one per
-        # HTTP worker thread; the adds take turns on the write lock anyway)
+        # three threads of their own, each request's work handed to one and waited for: "search" (the reader's
+        # embedder and vector indexes: searches, an answer's retrieval; a short wait), "answer" (the answering model;
+        # a llama.cpp instance serves one call at a time), so no search waits for an answer, and "intake" (received
+        # messages stored: one SQLite connection and its pages; adds take turns on the write lock anyway). The native
+        # state models and connections keep per calling thread (torch's and llama.cpp's pools, allocator caches,
+        # page caches) then exists once each, not once per HTTP worker thread
         self._workers = {kind: ThreadPoolExecutor(1, thread_name_prefix=f"membox-{kind}")
                          for kind in ("intake", "search", "answer")}
         self.waiting = {kind: 0 for kind in self._workers}  # requests queued for each now, not started (GET /status)

@@ -5,7 +5,8 @@ memory system adds its own tables and queries as a mixin class (`TABLES`, `SCHEM
 merge rules, e.g. systems/membox_tables.py); `store_class(mixins)` composes them with `Store`, and opening
 the store creates or migrates each part's tables under its own version (meta `schema_version` for the shared
 tables, `schema_version.<name>` for a system's; a schema only ever grows, see Store._migrate). The database runs
-in WAL mode, each thread on a connection of its own. A message row is written before it is processed and marked processed in the same transaction that
+in WAL mode, each thread on a connection of its own. A message row is written before it is processed and marked
+processed in the same transaction that
 files it, so an interrupted build resumes exactly where it stopped. The messages table's filing columns (box_id, decision, score, processed)
 record the box memory's progress; they predate the split into systems and stay here. The history table
 records every change to a message or a box (Memory.history), with ids and counts only, never a message's text.
@@ -28,7 +29,7 @@ import numpy as np
 from .ingest import metadata_text
 from .private import private_file, tighten
 from .records import Change, Message
-from .store_connections import BUSY_TIMEOUT_S, CACHE_KIB, Connections  # noqa: F401  (BUSY_TIMEOUT_S: the store's API)
+from .store_connections import CACHE_KIB, Connections
 from .store_lock import LOCK_FILE, NotFound, StoreBusy, StoreError, WriteLock  # noqa: F401  (the store's API)
 
 SCHEMA_VERSION = 4
