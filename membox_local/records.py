@@ -36,6 +36,9 @@ class Event:
     text: str
     date: str = ""
     grounding: float = 1.0
+    # the ids of the messages the event was read from (the lines its extraction cited); None: extracted before
+    # events kept their sources (a memory built with membox_local before schema 3 of the box tables)
+    sources: list[str] | None = None
 
 
 @dataclass
@@ -53,6 +56,10 @@ class Box:
     events: list[Event] = field(default_factory=list)
     error: str = ""
     note: str = ""  # what the record was made from when it is not the whole box (an excerpt of an over-long box)
+    # what the code did to the model's record (attribution.py): reason -> count of events dropped ("question",
+    # "unsupported", ...), "subject corrected" for events whose person was set to the cited line's speaker; a
+    # dropped topic counts as "topic <reason>". Empty: nothing dropped, or extracted before this was kept.
+    dropped: dict[str, int] = field(default_factory=dict)
 
     def text(self) -> str:
         return "\n".join(m.render() for m in self.messages)

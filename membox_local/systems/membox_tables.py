@@ -23,7 +23,8 @@ CREATE TABLE IF NOT EXISTS boxes (
     keywords TEXT NOT NULL DEFAULT '[]',
     error TEXT NOT NULL DEFAULT '',
     woven INTEGER NOT NULL DEFAULT 0,
-    note TEXT NOT NULL DEFAULT ''
+    note TEXT NOT NULL DEFAULT '',
+    dropped TEXT NOT NULL DEFAULT '{}'
 );
 CREATE INDEX IF NOT EXISTS boxes_conv ON boxes (conversation_id, status);
 CREATE TABLE IF NOT EXISTS events (
@@ -33,7 +34,8 @@ CREATE TABLE IF NOT EXISTS events (
     idx INTEGER NOT NULL,
     text TEXT NOT NULL,
     date TEXT NOT NULL,
-    grounding REAL NOT NULL
+    grounding REAL NOT NULL,
+    sources TEXT
 );
 CREATE INDEX IF NOT EXISTS events_box ON events (box_id);
 CREATE TABLE IF NOT EXISTS traces (
@@ -55,9 +57,12 @@ class BoxTables:
 
     TABLES = "membox"
     SCHEMA = SCHEMA
-    SCHEMA_VERSION = 2
+    SCHEMA_VERSION = 3
     # 2: boxes.note, what the record was made from when it is not the whole box (an excerpt of an over-long box)
-    COLUMNS_ADDED = {2: (("boxes", "note", "TEXT NOT NULL DEFAULT ''"),)}
+    # 3: events.sources, the JSON list of the message ids an event was read from (NULL: extracted before schema 3,
+    #    "no sources"), and boxes.dropped, the JSON object of what the code dropped or corrected in the record
+    COLUMNS_ADDED = {2: (("boxes", "note", "TEXT NOT NULL DEFAULT ''"),),
+                     3: (("events", "sources", "TEXT"), ("boxes", "dropped", "TEXT NOT NULL DEFAULT '{}'"))}
     # how sharded builds are merged (store.merge_rules): table -> {column: the table whose ids it holds}
     ID_COLUMNS = {
         "messages": {"box_id": "boxes"},
@@ -126,9 +131,10 @@ class BoxTables:
         self.record(conv, event, box_id=box_id, detail=detail)
 
     def save_extraction(self, box_id: int, topic: str, keywords: list[str], events: list[Event],
-                        note: str = "") -> list[Event]:
+                        note: str = "", dropped: Mapping[str, int] | None = None) -> list[Event]:
         """Write a box's record and its events in one transaction; returns the events with their ids. `note`:
-        what the record was made from when it is not the whole box (Loom.extract's excerpt)."""
+        what the record was made from when it is not the whole box (Loom.extract's excerpt); `dropped`: what the
+        code dropped or corrected (Box.dropped)."""
         stored = []
         with self.transaction():
             # extracted again: after an update or a forget dropped its record (an imported box's first is not here)
@@ -137,15 +143,18 @@ class BoxTables:
             self._record_box(box_id, "re-extract" if again else "extract", {"events": len(events)})
             self.db.execute("DELETE FROM events WHERE box_id=?", (box_id,))
             self.db.execute(
-                "UPDATE boxes SET topic=?, keywords=?, status='extracted', error='', note=? WHERE id=?",
-                (topic, json.dumps(keywords), note, box_id),
+                "UPDATE boxes SET topic=?, keywords=?, status='extracted', error='', note=?, dropped=? WHERE id=?",
+                (topic, json.dumps(keywords), note, json.dumps(dict(dropped or {})), box_id),
             )
             for i, e in enumerate(events):
+                sources = None if e.sources is None else json.dumps(list(e.sources))
                 cur = self.db.execute(
-                    "INSERT INTO events (box_id, conversation_id, idx, text, date, grounding) VALUES (?,?,?,?,?,?)",
-                    (box_id, e.conversation_id, i, e.text, e.date, e.grounding),
+                    "INSERT INTO events (box_id, conversation_id, idx, text, date, grounding, sources) "
+                    "VALUES (?,?,?,?,?,?,?)",
+                    (box_id, e.conversation_id, i, e.text, e.date, e.grounding, sources),
                 )
-                stored.append(Event(int(cur.lastrowid), box_id, e.conversation_id, e.text, e.date, e.grounding))
+                stored.append(Event(int(cur.lastrowid), box_id, e.conversation_id, e.text, e.date, e.grounding,
+                                    None if e.sources is None else list(e.sources)))
         return stored
 
     def _box(self, row: sqlite3.Row, with_messages: bool = True) -> Box:
@@ -153,6 +162,7 @@ class BoxTables:
             id=row["id"], conversation_id=row["conversation_id"], session=row["session"],
             session_date=row["session_date"], status=row["status"], topic=row["topic"],
             keywords=json.loads(row["keywords"]), error=row["error"], note=row["note"],
+            dropped=json.loads(row["dropped"]),
         )
         if with_messages:
             rows = self.db.execute("SELECT * FROM messages WHERE box_id=? ORDER BY seq", (box.id,)).fetchall()
@@ -207,7 +217,9 @@ class BoxTables:
     # ---- events and traces ----------------------------------------------------------------------
     @staticmethod
     def _event(row: sqlite3.Row) -> Event:
-        return Event(row["id"], row["box_id"], row["conversation_id"], row["text"], row["date"], row["grounding"])
+        sources = row["sources"]
+        return Event(row["id"], row["box_id"], row["conversation_id"], row["text"], row["date"], row["grounding"],
+                     None if sources is None else json.loads(sources))
 
     def events_of_box(self, box_id: int) -> list[Event]:
         rows = self.db.execute("SELECT * FROM events WHERE box_id=? ORDER BY idx", (box_id,)).fetchall()
