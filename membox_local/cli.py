@@ -298,27 +298,9 @@ def cmd_show(args) -> int:
 
         print_traces(store, args.conversation)
         return 0
-    for box in store.boxes(args.conversation):
-        if args.failed and box.status != "failed" and not box.error:  # extraction or weaving failed
-            continue
-        first = box.messages[0].message_id if box.messages else "-"
-        last = box.messages[-1].message_id if box.messages else "-"
-        print(f"box {box.id} [{visible(box.conversation_id)} {visible(first)}..{visible(last)}, "
-              f"{len(box.messages)} msgs, {visible(box.session_date or 'session ' + box.session)}] {box.status}")
-        if box.topic:
-            print(f"  topic: {visible(box.topic)}")
-        if box.keywords:
-            print(f"  keywords: {', '.join(visible(k) for k in box.keywords)}")
-        if box.note:
-            print(f"  note: {visible(box.note)}")
-        for e in box.events:
-            mark = "" if e.grounding >= 0.5 else f"  (weakly grounded: {e.grounding:.2f})"
-            print(f"  - {visible(e.text)}{mark}")
-        if box.error:
-            print(f"  error: {visible(box.error)}")
-        if args.messages:
-            for m in box.messages:
-                print(f"    {visible(m.render())}")
+    from .show import print_boxes
+
+    print_boxes(store, args.conversation, failed=args.failed, messages=args.messages)
     return 0
 
 
@@ -477,7 +459,8 @@ def _add_ask(sub) -> None:
 
 def _add_show(sub) -> None:
     """`membox show`."""
-    s = sub.add_parser("show", help="print boxes with topics, keywords and events")
+    s = sub.add_parser("show", help="print boxes with topics, keywords and events (each with the messages it was "
+                       "read from)")
     s.add_argument("store", help="memory folder")
     s.add_argument("--conversation", type=nonblank, help="only this conversation (default: every one)")
     s.add_argument("--traces", action="store_true", help="print the traces (events followed across sessions)")

@@ -19,12 +19,16 @@ then, conversation after conversation (in id order): its messages in their order
      "session_date": .., "user_id": "", "agent_id": "", "metadata": {}, "box_id": 1, "decision": "first",
      "score": null, "processed": 1}
     {"type": "box", "id": 1, "conversation_id": .., "session": .., "session_date": .., "status": "extracted",
-     "topic": .., "keywords": [..], "error": "", "woven": 1, "events": [{"id": 1, "text": .., "date": ..,
-     "grounding": 1.0}, ...]}
+     "topic": .., "keywords": [..], "error": "", "woven": 1, "note": "", "dropped": {"question": 1},
+     "events": [{"id": 1, "text": .., "date": .., "grounding": 1.0, "sources": ["m3", "m4"]}, ...]}
     {"type": "trace", "id": 1, "conversation_id": .., "summary": .., "events": [1, 4]}
 
 A message line holds every column of the store's messages table (Store.MESSAGE_COLUMNS: the message, its tags and
-how it was filed); a box line the box with its record (topic, keywords, events); ids of boxes, events and traces
+how it was filed); a box line the box with its record (topic, keywords, events, and `dropped`: what the code dropped
+or corrected in the model's record, reason -> count); each event its `sources` (from version 3: the ids of the
+messages it was read from, in its conversation; null for an event extracted before events kept them). A file of
+version 1 or 2 has neither: its events import with no sources, its boxes with nothing dropped. Ids of boxes, events
+and traces
 are the store's and an import keeps them, so that the imported memory answers the same questions with the same
 contexts. Not exported: what is derived again from these (the embedding cache, the vector indexes), LLM usage,
 the weaver's counters and the history (an import starts it: every message and box "add", via import).
@@ -52,7 +56,8 @@ from .store import Store, StoreError, built_systems
 from .trust import check_from_data, portable
 
 FORMAT = "membox_local export"
-VERSION = 2  # 2: the header carries the memory's config; version 1 files (without it) are read too
+VERSION = 3  # 2: the header carries the memory's config; 3: events carry their sources, boxes what was dropped;
+#              files of versions 1 and 2 (without them) are read too
 SYSTEMS = ["membox"]  # the memory systems an export carries (the box memory's boxes, records and traces)
 COUNTS = ("conversations", "messages", "boxes", "traces")
 LINE_TYPES = {"message": "messages", "box": "boxes", "trace": "traces"}  # a line's type -> its count in the header
@@ -131,9 +136,9 @@ def _conversation_lines(store: Store, conversation_id: str) -> list[dict]:
         out.append({"type": "box", "id": row["id"], "conversation_id": conversation_id, "session": row["session"],
                     "session_date": row["session_date"], "status": row["status"], "topic": row["topic"],
                     "keywords": json.loads(row["keywords"]), "error": row["error"], "woven": row["woven"],
-                    "note": row["note"],
-                    "events": [{"id": e.id, "text": e.text, "date": e.date, "grounding": e.grounding}
-                               for e in store.events_of_box(row["id"])]})
+                    "note": row["note"], "dropped": json.loads(row["dropped"]),
+                    "events": [{"id": e.id, "text": e.text, "date": e.date, "grounding": e.grounding,
+                                "sources": e.sources} for e in store.events_of_box(row["id"])]})
     for t in store.traces(conversation_id):
         out.append({"type": "trace", "id": t.id, "conversation_id": conversation_id, "summary": t.summary,
                     "events": t.event_ids})
@@ -176,12 +181,18 @@ KEYWORDS: Check = (lambda v: isinstance(v, list) and all(map(_text, v)), "a list
 EVENT_IDS: Check = (lambda v: isinstance(v, list) and all(map(ID[0], v)) and len(set(v)) == len(v),
                     "a list of distinct event ids")
 OBJECTS: Check = (lambda v: isinstance(v, list) and all(isinstance(x, dict) for x in v), "a list of objects")
+# an event's sources: the message ids it was read from, or null (extracted before events kept them)
+SOURCES: Check = (lambda v: v is None or isinstance(v, list) and all(NAME[0](x) for x in v),
+                  "a list of message ids (non-empty strings) or null")
+# a box's dropped: what the code dropped or corrected in its record, reason -> how many
+DROPPED: Check = (lambda v: isinstance(v, dict) and all(NAME[0](k) and SEQ[0](n) for k, n in v.items()),
+                  "an object of reason -> count (an integer of at least 0)")
 
 # the fields of each line type that message_from_record does not check
 FILING = {"seq": SEQ, "box_id": OPTIONAL_ID, "decision": OPTIONAL_TEXT, "score": OPTIONAL_NUMBER, "processed": FLAG}
 BOX = {"id": ID, "conversation_id": NAME, "session": TEXT, "session_date": TEXT, "status": STATUS, "topic": TEXT,
-       "keywords": KEYWORDS, "error": TEXT, "woven": FLAG, "events": OBJECTS, "note": TEXT}
-EVENT = {"id": ID, "text": TEXT, "date": TEXT, "grounding": GROUNDING}
+       "keywords": KEYWORDS, "error": TEXT, "woven": FLAG, "events": OBJECTS, "note": TEXT, "dropped": DROPPED}
+EVENT = {"id": ID, "text": TEXT, "date": TEXT, "grounding": GROUNDING, "sources": SOURCES}
 TRACE = {"id": ID, "conversation_id": NAME, "summary": TEXT, "events": EVENT_IDS}
 MESSAGE_FIELDS = tuple(c for c in Store.MESSAGE_COLUMNS if c not in FILING)  # the message: message_from_record's
 
@@ -264,8 +275,13 @@ def _read_message(export: Export, lineno: int, rec: dict, where: str) -> None:
 
 def _read_box(export: Export, lineno: int, rec: dict, where: str) -> None:
     rec.setdefault("note", "")  # exports written before boxes had a note (membox schema 1)
+    older = export.header["version"] < 3  # written before events kept their sources: none, nothing dropped
+    if older:
+        rec.setdefault("dropped", {})
     _check_fields(rec, BOX, where, "box")
     for n, event in enumerate(rec["events"]):
+        if older:
+            event.setdefault("sources", None)
         _check_fields(event, EVENT, where, f"box {rec['id']} event {n}")
     export.boxes.append((lineno, rec))
 

@@ -71,7 +71,9 @@ def create_mcp(service: Service):
 
     @mcp.tool(structured_output=True, annotations=reads)
     def search_memory(query: m.Query, conversation_id: m.Id | None = None, k: m.K = 5) -> dict[str, Any]:
-        """The k topic boxes nearest the query (messages, topic, keywords, events), best first."""
+        """The k topic boxes nearest the query (messages, topic, keywords, events), best first. Each event's
+        `sources`: the ids of the messages it was read from (null: extracted before events kept them); each box's
+        `dropped`: what was dropped or corrected in its record, reason -> count."""
         return {"results": call(service.search, query, conversation_id, k)}
 
     @mcp.tool(structured_output=True, annotations=reads)
@@ -84,7 +86,8 @@ def create_mcp(service: Service):
     def get_memories(conversation_id: m.Id, kind: m.Kind = "boxes",
                      offset: Annotated[int, Field(ge=0, le=2**62)] = 0,
                      limit: Annotated[int, Field(ge=1, le=m.MAX_PAGE)] = 20) -> dict[str, Any]:
-        """A page of a conversation's boxes (topic, keywords, events, messages) or of its messages."""
+        """A page of a conversation's boxes (topic, keywords, events with their `sources`, the message ids each was
+        read from, `dropped`, messages) or of its messages."""
         return call(service.get_all, conversation_id, kind, offset, limit)
 
     @mcp.tool(structured_output=True, annotations=ToolAnnotations(destructiveHint=True, openWorldHint=False))

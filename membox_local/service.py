@@ -47,7 +47,8 @@ SEAL_KEY = "serve.seal"  # meta key: conversations whose open box is to be seale
 
 
 def as_json(record: Any) -> Any:
-    """A record (Box, Message, Change, or a list of them) as plain JSON data."""
+    """A record (Box, Message, Change, or a list of them) as plain JSON data: every field, so a box carries
+    `dropped` and each of its events `sources` (records.py)."""
     if isinstance(record, list):
         return [as_json(r) for r in record]
     return dataclasses.asdict(record)

@@ -2,8 +2,8 @@
 
 Each conversation is laid out session by session under its date; each box is a band with its topic, keywords
 and events; the Trace Weaver's traces are listed beside it, and hovering or clicking one highlights the boxes
-it joins and draws a line between them across sessions; clicking a box shows its messages. Several
-conversations get a selector.
+it joins and draws a line between them across sessions; clicking a box shows its messages, clicking an event's
+source (a message id) shows and highlights the message it was read from. Several conversations get a selector.
 
 The page needs nothing at view time: its CSS and JavaScript are inline, no font, image or script is fetched,
 and its Content-Security-Policy forbids every fetch and every script but its own (by hash). The memory's text is
@@ -30,7 +30,9 @@ from .ingest import InputError
 from .memory import open_store
 from .private import private_open
 from .records import Box, Event, Trace
+from .show import dropped_text
 from .store import StoreError
+from .view_style import STYLE
 
 # below this grounding an event is shown flagged as weakly grounded, as `membox show` flags it
 WEAK_GROUNDING = 0.5
@@ -68,8 +70,10 @@ def conversation_data(store, conversation_id: str) -> dict:
             traces_of_event.setdefault(e.id, []).append(trace.id)
     stored = len(store.messages(conversation_id))
     filed = sum(len(b.messages) for b in boxes)
+    # message id -> (its box, its place there): where an event's source is shown (the anchor msg-BOX-PLACE)
+    places = {m.message_id: (b.id, i) for b in boxes for i, m in enumerate(b.messages)}
     return {"id": conversation_id, "messages": stored, "unfiled": max(0, stored - filed),
-            "boxes": [box_data(b, traces_of_event) for b in boxes],
+            "boxes": [box_data(b, traces_of_event, places) for b in boxes],
             "traces": [trace_data(t, events) for t, events in traced]}
 
 
@@ -78,16 +82,22 @@ def _first_seq(box: Box) -> tuple[int, int]:
     return (box.messages[0].seq if box.messages else sys.maxsize, box.id)
 
 
-def box_data(box: Box, traces_of_event: dict[int, list[int]]) -> dict:
+def box_data(box: Box, traces_of_event: dict[int, list[int]], places: dict[str, tuple[int, int]]) -> dict:
     return {"id": box.id, "session": box.session, "date": box.session_date, "status": box.status,
             "topic": box.topic, "keywords": list(box.keywords), "error": box.error, "note": box.note,
+            "dropped": dict(box.dropped),
             "messages": [{"id": m.message_id, "speaker": m.speaker, "text": m.text} for m in box.messages],
-            "events": [event_data(e, traces_of_event.get(e.id, [])) for e in box.events]}
+            "events": [event_data(e, traces_of_event.get(e.id, []), places) for e in box.events]}
 
 
-def event_data(event: Event, traces: list[int]) -> dict:
+def event_data(event: Event, traces: list[int], places: dict[str, tuple[int, int]]) -> dict:
+    """An event; its sources (None: extracted before events kept them) each with the box and place of the message
+    (null when no box of the conversation holds it)."""
+    sources = None if event.sources is None else [
+        {"id": m, "box": places[m][0] if m in places else None, "at": places[m][1] if m in places else None}
+        for m in event.sources]
     return {"id": event.id, "text": event.text, "date": event.date, "grounding": round(event.grounding, 3),
-            "traces": traces}
+            "traces": traces, "sources": sources}
 
 
 def trace_data(trace: Trace, events: list[Event]) -> dict:
@@ -150,13 +160,16 @@ def conversation_html(index: int, conv: dict, hidden: bool) -> str:
     sessions = sessions_of(conv["boxes"])
     counts = (f'{plural(conv["messages"], "message")}, {plural(len(conv["boxes"]), "box")} in '
               f'{plural(len(sessions), "session")}, {plural(len(conv["traces"]), "trace")}')
-    unfiled = (f'<p class="note">{plural(conv["unfiled"], "message")} not filed into a box yet '
-               f'(the next <code>membox build</code> files them).</p>') if conv["unfiled"] else ""
+    notes = (f'<p class="note">{plural(conv["unfiled"], "message")} not filed into a box yet '
+             f'(the next <code>membox build</code> files them).</p>') if conv["unfiled"] else ""
+    if any(e["sources"] is None for b in conv["boxes"] for e in b["events"]):
+        notes += ('<p class="note">Some events were extracted before events kept the messages they were read '
+                  'from: build the memory again from its data into a new folder to give them their sources.</p>')
     timeline = "\n".join(session_html(s, colours) for s in sessions) or \
         '<p class="empty">No boxes yet.</p>'
     return f"""<section class="conversation" data-conversation="{index}"{' hidden' if hidden else ''}>
 <h2 class="conv-head">{esc(conv["id"])} <span class="counts">{counts}</span></h2>
-{unfiled}<div class="layout">
+{notes}<div class="layout">
 <div class="timeline"><svg class="links" aria-hidden="true"></svg>
 {timeline}
 </div>
@@ -200,6 +213,8 @@ def band_html(box: dict, colours: dict[int, str]) -> str:
     events = "".join(event_html(e, colours, box["date"]) for e in box["events"])
     error = f'<p class="error">{esc(box["error"])}</p>' if box["error"] else ""
     error += f'<p class="note">{esc(box["note"])}</p>' if box.get("note") else ""  # an excerpt's record
+    dropped = dropped_text(box.get("dropped") or {})  # what the code dropped or corrected in the model's record
+    error += f'<p class="note dropped">{esc(dropped)}</p>' if dropped else ""
     return (f'<article class="box status-{esc(box["status"])}" data-box="{box["id"]}" tabindex="0" role="button" '
             f'aria-pressed="false">'
             f'<div class="box-head"><span class="box-id">#{box["id"]}</span> <h4 class="topic">{topic}</h4>'
@@ -219,7 +234,17 @@ def event_html(event: dict, colours: dict[int, str], box_date: str) -> str:
            f'({event["grounding"]:.2f})</span>' if weak else ""
     date = f' <span class="event-date">{esc(event["date"])}</span>' if event["date"] not in ("", box_date) else ""
     trace_ids = " ".join(str(t) for t in event["traces"])
-    return f'<li data-event="{event["id"]}" data-traces="{trace_ids}">{dots}{esc(event["text"])}{date}{flag}</li>'
+    return (f'<li data-event="{event["id"]}" data-traces="{trace_ids}">{dots}{esc(event["text"])}{date}{flag}'
+            f'{sources_html(event["sources"] or [])}</li>')
+
+
+def sources_html(sources: list[dict]) -> str:
+    """An event's sources, each a chip with the message id: a click shows the message (anchor msg-BOX-PLACE)."""
+    chips = "".join(
+        f'<span class="source" role="button" tabindex="0" data-cite="msg-{s["box"]}-{s["at"]}" '
+        f'data-cite-box="{s["box"]}" title="show the message">{esc(s["id"])}</span>' if s["box"] is not None else
+        f'<span class="source missing" title="no box holds this message">{esc(s["id"])}</span>' for s in sources)
+    return f' <span class="sources">{chips}</span>' if chips else ""
 
 
 def traces_html(conv: dict, colours: dict[int, str]) -> str:
@@ -295,82 +320,7 @@ def cmd_view(args) -> int:
     return 0
 
 
-# ---- the page's parts -------------------------------------------------------------------------------------------
-
-STYLE = """
-:root { --ink: #1d2330; --muted: #667085; --line: #d9dee7; --paper: #ffffff; --band: #f7f8fb; --accent: #3559e0; }
-* { box-sizing: border-box; }
-body { margin: 0; font: 14px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, "Helvetica Neue", Arial, sans-serif;
-       color: var(--ink); background: #eef1f6; }
-header.top { padding: 12px 20px; background: var(--paper); border-bottom: 1px solid var(--line);
-             display: flex; gap: 20px; align-items: baseline; flex-wrap: wrap; }
-header.top h1 { margin: 0; font-size: 18px; }
-header.top .legend { margin: 0; color: var(--muted); }
-.picker select { font: inherit; padding: 2px 4px; }
-main { padding: 12px 20px 40px; }
-.conv-head { font-size: 16px; margin: 4px 0 10px; }
-.conv-head .counts, .sess, .size, .event-date, .span, .hint, .note, .meta { color: var(--muted); font-weight: normal; }
-.conv-head .counts { font-size: 13px; margin-left: 8px; }
-.layout { display: grid; grid-template-columns: minmax(0, 1fr) 380px; gap: 16px; align-items: start; }
-.timeline { position: relative; }
-svg.links { position: absolute; left: 0; top: 0; pointer-events: none; overflow: visible; z-index: 2; }
-.session { display: grid; grid-template-columns: 150px minmax(0, 1fr); border-top: 2px solid var(--line);
-           padding: 10px 0 4px; }
-.session:first-of-type { border-top: 0; }
-.when { padding-right: 10px; font-size: 12px; }
-.when .date { font-weight: 600; font-size: 13px; position: sticky; top: 4px; }
-.bands { padding-left: 22px; display: flex; flex-direction: column; gap: 8px; }
-.box { background: var(--paper); border: 1px solid var(--line); border-left: 5px solid #9aa7bd; border-radius: 6px;
-       padding: 7px 10px; cursor: pointer; transition: opacity .15s; }
-.box:hover { border-color: #aab4c6; }
-.box:focus-visible { outline: 2px solid var(--accent); outline-offset: 1px; }
-.box.selected { border-left-color: var(--accent); background: #f3f6ff; }
-.box.status-failed { border-left-color: #d92d20; }
-.box.status-open, .box.status-sealed { border-left-style: dashed; }
-.box-head { display: flex; gap: 8px; align-items: baseline; }
-.box-id { color: var(--muted); font-size: 12px; font-variant-numeric: tabular-nums; }
-.topic { margin: 0; font-size: 14px; flex: 1; }
-.status { font-size: 11px; text-transform: uppercase; letter-spacing: .04em; color: #b42318; }
-.none { color: var(--muted); font-style: italic; font-weight: normal; }
-.keywords { list-style: none; margin: 4px 0 0; padding: 0; display: flex; flex-wrap: wrap; gap: 4px; }
-.keywords li { background: #e8ecf4; border-radius: 10px; padding: 0 8px; font-size: 12px; }
-.events { margin: 5px 0 0; padding-left: 4px; list-style: none; }
-.events li { padding: 1px 4px; border-left: 3px solid transparent; }
-.event-date { font-size: 12px; }
-.weak { font-size: 11px; color: #b54708; }
-.error { margin: 4px 0 0; color: #b42318; font-size: 12px; white-space: pre-wrap; }
-.note { margin: 4px 0 0; color: var(--muted); font-size: 12px; }
-.dot { display: inline-block; width: 10px; height: 10px; border-radius: 50%; background: var(--c);
-       margin-right: 5px; vertical-align: baseline; cursor: pointer; }
-.c0 { --c: #e6194b; } .c1 { --c: #3cb44b; } .c2 { --c: #4363d8; } .c3 { --c: #f58231; }
-.c4 { --c: #911eb4; } .c5 { --c: #42a5b3; } .c6 { --c: #c8a000; } .c7 { --c: #f032e6; }
-.tracing .box { opacity: .35; }
-.tracing .box.in-trace { opacity: 1; box-shadow: 0 0 0 2px var(--trace); }
-.tracing .events li.in-trace { border-left-color: var(--trace); font-weight: 600; }
-.side { position: sticky; top: 8px; max-height: calc(100vh - 16px); overflow: auto; display: flex;
-        flex-direction: column; gap: 12px; }
-.side > section { background: var(--paper); border: 1px solid var(--line); border-radius: 6px; padding: 8px 12px; }
-.side h3 { margin: 0 0 4px; font-size: 14px; }
-.hint { margin: 0 0 6px; font-size: 12px; }
-.traces ol { list-style: none; margin: 0; padding: 0; }
-.trace { display: grid; grid-template-columns: 14px 1fr; column-gap: 6px; padding: 5px 4px; border-radius: 4px;
-         cursor: pointer; border: 1px solid transparent; }
-.trace:hover, .trace.active { background: #f1f4fa; border-color: var(--c); }
-.trace .swatch { width: 12px; height: 12px; border-radius: 3px; background: var(--c); margin-top: 4px; }
-.trace .summary { font-weight: 600; }
-.trace .span, .trace .joins { grid-column: 2; font-size: 12px; }
-.join { display: inline-block; background: #e8ecf4; border-radius: 3px; padding: 0 4px; margin: 1px 2px 0 0; }
-.join:hover { background: #d5dcea; }
-.tracing .box.selected { opacity: .75; }
-.detail-body h4 { margin: 2px 0; font-size: 14px; }
-.meta { font-size: 12px; margin: 0 0 6px; }
-ol.messages { margin: 0; padding-left: 0; list-style: none; }
-ol.messages li { padding: 4px 0; border-top: 1px solid #eef0f4; white-space: pre-wrap; overflow-wrap: anywhere; }
-.speaker { font-weight: 600; margin-right: 6px; }
-.mid { color: var(--muted); font-size: 11px; margin-left: 6px; }
-.note { font-size: 13px; }
-@media (max-width: 900px) { .layout { grid-template-columns: 1fr; } .side { position: static; max-height: none; } }
-"""
+# ---- the page's parts (its CSS: view_style.py) -------------------------------------------------------------------
 
 SCRIPT = """
 "use strict";
@@ -412,6 +362,11 @@ SCRIPT = """
         band.scrollIntoView({ block: "center" });
       });
     });
+    section.querySelectorAll(".source[data-cite]").forEach((chip) => {
+      const cite = (e) => { e.stopPropagation(); e.preventDefault(); showSource(chip); };
+      chip.addEventListener("click", cite);
+      chip.addEventListener("keydown", (e) => { if (e.key === "Enter" || e.key === " ") cite(e); });
+    });
     section.querySelectorAll("[data-trace]").forEach((el) => {
       el.addEventListener("mouseenter", () => showTrace(el.dataset.trace));
       el.addEventListener("mouseleave", () => showTrace(kept));
@@ -436,6 +391,17 @@ SCRIPT = """
       renderMessages(boxes.get(band.dataset.box));
     }
 
+    // An event's source: its message's box selected, the message (anchor msg-BOX-PLACE) highlighted and shown.
+    function showSource(chip) {
+      const band = section.querySelector(`.box[data-box="${chip.dataset.citeBox}"]`);
+      if (!band) return;
+      selectBox(band);
+      const message = document.getElementById(chip.dataset.cite);
+      if (!message) return;
+      message.classList.add("cited");
+      message.scrollIntoView({ block: "nearest" });
+    }
+
     function renderMessages(box) {
       detail.replaceChildren();
       const head = el("h4", `#${box.id} ${box.topic || "(no topic yet)"}`);
@@ -444,8 +410,9 @@ SCRIPT = """
       meta.className = "meta";
       const list = el("ol");
       list.className = "messages";
-      box.messages.forEach((m) => {
+      box.messages.forEach((m, i) => {
         const item = el("li");
+        item.id = `msg-${box.id}-${i}`;
         const who = el("span", m.speaker);
         who.className = "speaker";
         const id = el("span", m.id);
@@ -540,7 +507,8 @@ PAGE = """<!DOCTYPE html>
 <body>
 <header class="top"><h1>{{title}}</h1>{{selector}}
 <p class="legend">Sessions run top to bottom under their dates; each band is a topic box. Click a box to read its
-messages; hover or click a trace (or a coloured dot) to follow it across sessions.</p></header>
+messages, an event's source (a message id) to see the message it was read from; hover or click a trace (or a
+coloured dot) to follow it across sessions.</p></header>
 <main>
 {{conversations}}
 </main>

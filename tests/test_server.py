@@ -450,6 +450,58 @@ def test_mcp_tools_over_streamable_http(tmp_path, cfg):
         service.close()
 
 
+def test_records_carry_their_sources_and_what_was_dropped(tmp_path, cfg):
+    """Every event a payload holds carries `sources` (the ids of the messages it was read from; null: extracted
+    before events kept them), every box `dropped` (what the code dropped or corrected in its record): REST, MCP."""
+    from mcp import Client
+
+    from membox_local.ingest import load_jsonl
+    from membox_local.mcp_server import MCP_PATH, create_mcp
+    from membox_local.records import Event
+
+    cfg.weaver.enabled = False  # no traces: the records are written again below
+    with Memory(tmp_path / "mem", cfg, backend=FakeBackend(), embedder=FakeEmbedder()) as mem:
+        mem.add(load_jsonl(DEMO), seal=True)
+        first, second = mem.boxes(CONV)[:2]
+        cited = [m.message_id for m in first.messages[:2]]
+        mem.store.save_extraction(first.id, first.topic, first.keywords,
+                                  [Event(0, first.id, CONV, "Maya signed up", "", 1.0, cited)],
+                                  dropped={"question": 1, "subject corrected": 1})
+        mem.store.save_extraction(second.id, second.topic, second.keywords,
+                                  [Event(0, second.id, CONV, "an older event", "", 1.0)])  # no sources kept
+
+    def check(boxes: list[dict]) -> None:
+        got = {b["id"]: b for b in boxes}
+        assert got[first.id]["dropped"] == {"question": 1, "subject corrected": 1}
+        assert [e["sources"] for e in got[first.id]["events"]] == [cited]
+        assert got[second.id]["dropped"] == {} and [e["sources"] for e in got[second.id]["events"]] == [None]
+
+    with rest(tmp_path / "mem", cfg) as api:
+        check([api.get(f"/memories/{first.id}").json(), api.get(f"/memories/{second.id}").json()])
+        check(api.get(f"/conversations/{CONV}/memories", params={"limit": 500}).json()["items"])
+        hits = api.get("/memories/search", params={"q": QUESTION, "conversation_id": CONV, "k": 5}).json()
+        assert all("dropped" in h["box"] and all("sources" in e for e in h["box"]["events"])
+                   for h in hits["results"])
+
+    service = Service(*doubles(tmp_path / "mem", cfg), poll_s=0.5)
+    app = Guard(create_mcp(service).streamable_http_app(streamable_http_path=MCP_PATH, host="127.0.0.1"))
+
+    async def session(url: str):
+        async with Client(url + MCP_PATH) as client:
+            got, error = await call(client, "get_memories", conversation_id=CONV, limit=500)
+            assert not error
+            check(got["items"])
+            got, error = await call(client, "search_memory", query=QUESTION, conversation_id=CONV, k=5)
+            assert not error and all("dropped" in h["box"] and all("sources" in e for e in h["box"]["events"])
+                                     for h in got["results"])
+
+    try:
+        with serving(app) as url:
+            anyio.run(session, url)
+    finally:
+        service.close()
+
+
 @pytest.mark.integration
 def test_mcp_over_stdio_on_the_real_cpu_stack(tmp_path):
     """`membox mcp DIR --config cpu-fast` launched by the SDK's stdio client: SmolLM2 on llama.cpp + MiniLM."""

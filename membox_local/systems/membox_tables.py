@@ -341,22 +341,26 @@ class BoxTables:
 
     # ---- export and import (exchange.py) --------------------------------------------------------
     def restore_boxes(self, boxes: Iterable[Mapping[str, Any]], detail: Mapping[str, Any]) -> int:
-        """Insert boxes as an export wrote them, under their own ids: the box row's columns (`keywords` a list)
-        and `events` (dicts with id, text, date, grounding, in their order); each recorded in the history as
-        added, with `detail`. Returns how many boxes."""
+        """Insert boxes as an export wrote them, under their own ids: the box row's columns (`keywords` a list,
+        `dropped` a dict, {} when missing) and `events` (dicts with id, text, date, grounding and sources, a list of
+        message ids or None when missing, in their order); each recorded in the history as added, with `detail`.
+        Returns how many boxes."""
         n = 0
         with self.transaction():
             for b in boxes:
                 self.db.execute(
                     "INSERT INTO boxes (id, conversation_id, session, session_date, status, topic, keywords, error, "
-                    "woven, note) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    "woven, note, dropped) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (b["id"], b["conversation_id"], b["session"], b["session_date"], b["status"], b["topic"],
-                     json.dumps(b["keywords"]), b["error"], b["woven"], b.get("note", "")))
+                     json.dumps(b["keywords"]), b["error"], b["woven"], b.get("note", ""),
+                     json.dumps(dict(b.get("dropped") or {}))))
                 for idx, e in enumerate(b["events"]):
+                    sources = e.get("sources")  # None: the event kept no sources (NULL)
                     self.db.execute(
-                        "INSERT INTO events (id, box_id, conversation_id, idx, text, date, grounding) "
-                        "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                        (e["id"], b["id"], b["conversation_id"], idx, e["text"], e["date"], e["grounding"]))
+                        "INSERT INTO events (id, box_id, conversation_id, idx, text, date, grounding, sources) "
+                        "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                        (e["id"], b["id"], b["conversation_id"], idx, e["text"], e["date"], e["grounding"],
+                         None if sources is None else json.dumps(list(sources))))
                 self.record(b["conversation_id"], "add", box_id=b["id"], detail=detail)
                 n += 1
         return n
