@@ -42,7 +42,7 @@ def requests(store: str, n_boxes: int, cfg) -> list[JsonRequest]:
         conv = mem.store.conversations()[0]
         boxes = [b for b in mem.boxes(conv) if b.status == "extracted" and b.events][:n_boxes]
     for box in boxes:
-        out.append(JsonRequest(extract_prompt(box.messages, box.session_date), extract_schema(cfg.extract),
+        out.append(JsonRequest(extract_prompt(box.messages, box.session_date), extract_schema(cfg.extract, len(box.messages)),
                                stage="extract", max_tokens=cfg.extract.max_tokens))
         if prev is not None:
             new = [e.text for e in box.events][:8]

@@ -141,6 +141,20 @@ def resolve_relative(text: str, session_date: str) -> str:
     return _PHRASES.sub(lambda m: f"{m.group(0)} ({resolve_phrase(m, base)})", text)
 
 
+def relative_phrases(text: str, session_date: str) -> list[tuple[str, str]]:
+    """Each relative time phrase of `text` (as written) with the absolute date it means on `session_date`, in order;
+    [] when the date cannot be read."""
+    base = parse_session_date(session_date)
+    if base is None:
+        return []
+    out = []
+    for m in _PHRASES.finditer(text):
+        when = resolve_phrase(m, base)
+        if when:
+            out.append((m.group(0), when))
+    return out
+
+
 # ---- how long before the day a question is asked (LongMemEval: "how many days ago...") -------------
 _DATE_LINE = re.compile(r"^\[(?P<date>[^\]]+)\]", re.MULTILINE)
 

@@ -17,6 +17,9 @@ A term counts as mentioned when its stem (plural, -ing and -ed stripped) starts 
 Fitted on: the 5 abstention questions of the LongMemEval dev slice, with its 93 answerable questions and LoCoMo's
 885 dev questions as the false-alarm check (`python benchmarks/grounding_check.py`; docs/longmemeval.md). A lexical
 rule misses paraphrase ("an online group" for "mates"), so it is off by default.
+
+Below the guard: the lexical grounding of an event in the text it came from (`grounding`, `content_words`), which
+the Loom's records (attribution.py) and the event graph use to drop what their source does not say.
 """
 from __future__ import annotations
 
@@ -96,3 +99,40 @@ def not_mentioned_reply(terms: list[str], question: str = "") -> str:
         else:
             shown.append(t)
     return "not mentioned (the memory says nothing about " + " or ".join(shown) + ")"
+
+
+# ---- lexical grounding: how much of an event the text it came from holds ----------------------------
+_CONTENT_WORD = re.compile(r"[a-z0-9]+")
+STOP_WORDS = frozenset(
+    "a an the and or but if of to in on at for with by from about as is are was were be been being i you he "
+    "she it we they me him her us them my your his its our their this that these those do did does have has "
+    "had will would can could should just so very really too also not no yes up out over then than there "
+    "here what when where who how which im ive its dont going went get got "
+    # the pieces of a contraction the word pattern splits ("I'll" -> "i", "ll")
+    "ll ve re don didn doesn isn wasn aren weren haven hasn couldn wouldn shouldn".split()
+)
+
+
+def content_words(text: str) -> list[str]:
+    return [w for w in _CONTENT_WORD.findall(text.lower()) if w not in STOP_WORDS and len(w) > 1]
+
+
+def grounding(event: str, source: str) -> float:
+    """Share of the event's content words found in the source (matched on a 5-letter prefix)."""
+    words = content_words(event)
+    if not words:
+        return 0.0
+    have = {w[:5] for w in content_words(source)}
+    return sum(w[:5] in have for w in words) / len(words)
+
+
+# words a chat uses about anything, and reactions: never keywords (loom.text_keywords), never a fact on their own
+# (attribution.py)
+CHAT_WORDS = frozenset(
+    "like know think thanks thank great good love hey wow yeah oh sounds sound glad cool awesome fun happy nice "
+    "thing things lot lots one make made take see want feel felt time times much well sure totally amazing "
+    "definitely way something anything everything always never still even back new day today let lets youre "
+    "keep right look looks looking shares shared gonna wanna some into myself yourself yours ones btw lol congrats "
+    "mean means find done other others exactly brilliant brutal huge deal sensible classic aww ha haha hmm doable "
+    "sorry sad wish hope hoping excited exciting cute lovely wonderful fantastic incredible".split()
+)

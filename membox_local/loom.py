@@ -12,34 +12,15 @@ from dataclasses import replace
 from typing import Any, Callable, Iterable, Sequence
 
 from .backends.base import BackendError, JsonRequest, PromptTooLong
+from .attribution import attribute, checked_topic
 from .config import Config, LoomConfig
+from .grounding import CHAT_WORDS, STOP_WORDS, content_words, grounding
 from .judges import Decision, Judge, make_judge
 from .prompts import extract_prompt, extract_schema
-from .records import Box, Event, Message
+from .records import Box, Message
 from .requests import Step
 from .store import Store
 
-_WORD = re.compile(r"[a-z0-9]+")
-_STOP = frozenset(
-    "a an the and or but if of to in on at for with by from about as is are was were be been being i you he "
-    "she it we they me him her us them my your his its our their this that these those do did does have has "
-    "had will would can could should just so very really too also not no yes up out over then than there "
-    "here what when where who how which im ive its dont going went get got".split()
-)
-
-
-def content_words(text: str) -> list[str]:
-    return [w for w in _WORD.findall(text.lower()) if w not in _STOP and len(w) > 1]
-
-
-# words a chat uses about anything: never keywords
-_CHAT = frozenset(
-    "like know think thanks thank great good love hey wow yeah oh sounds sound glad cool awesome fun happy nice "
-    "thing things lot lots one make made take see want feel felt time times much well sure totally amazing "
-    "definitely way something anything everything always never still even back new day today let lets youre "
-    "keep right look looks looking shares shared gonna wanna some into myself yourself yours ones btw lol congrats "
-    "mean means find done other others".split()
-)
 _TOKEN = re.compile(r"[A-Za-z][A-Za-z0-9'’-]*")
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 
@@ -58,8 +39,8 @@ def text_keywords(messages: Sequence[Message], n: int, max_chars: int) -> list[s
             for i, tok in enumerate(_TOKEN.findall(sentence)):
                 word = re.sub(r"['’]s$", "", tok).strip("'’-")
                 low = word.lower()
-                if ("'" in low or "’" in low or len(low) < 3 or len(low) > max_chars or low in _STOP
-                        or low in _CHAT or low in speakers):
+                if ("'" in low or "’" in low or len(low) < 3 or len(low) > max_chars or low in STOP_WORDS
+                        or low in CHAT_WORDS or low in speakers):
                     continue  # a contraction ("I'm", "don't"), too short or long, or a word about anything
                 counts[low] = counts.get(low, 0) + 1
                 if i > 0 and word[0].isupper():
@@ -69,15 +50,6 @@ def text_keywords(messages: Sequence[Message], n: int, max_chars: int) -> list[s
     order = {w: k for k, w in enumerate(counts)}
     ranked = sorted(counts, key=lambda w: (w not in named, -counts[w], w.endswith(("ing", "ed")), -len(w), order[w]))
     return [shown[w] for w in ranked[:n]]
-
-
-def grounding(event: str, source: str) -> float:
-    """Share of the event's content words found in the source (matched on a 5-letter prefix)."""
-    words = content_words(event)
-    if not words:
-        return 0.0
-    have = {w[:5] for w in content_words(source)}
-    return sum(w[:5] in have for w in words) / len(words)
 
 
 def _name_pattern(name: str) -> re.Pattern:
@@ -235,26 +207,33 @@ class Loom:
         if not self.extracts:
             return box
         ec = self.cfg.extract
+        seen: list[list[Message]] = []
+
+        def request(shown: list[Message]) -> JsonRequest:
+            seen.append(shown)
+            return JsonRequest(extract_prompt(shown, box.session_date, ec.keywords == "model"),
+                               extract_schema(ec, len(shown)),
+                               stage="extract", max_tokens=ec.max_tokens, about=f"box {box.id}")
         try:
             res, note = yield from excerpted_call(
-                box.messages, excerpt_budget(self.cfg.llm.n_ctx, ec.max_tokens),
-                lambda shown: JsonRequest(extract_prompt(shown, box.session_date, ec.keywords == "model"),
-                                          extract_schema(ec),
-                                          stage="extract", max_tokens=ec.max_tokens, about=f"box {box.id}"))
+                box.messages, excerpt_budget(self.cfg.llm.n_ctx, ec.max_tokens), request)
         except BackendError as exc:
             # Recorded, shown by `membox show` and the build summary, retried by the next build.
             self.store.set_box_status(box.id, "failed", error=f"extraction failed: {exc}")
             box.status = "failed"
             return box
         data = res.data
-        events = [Event(0, box.id, box.conversation_id, text, box.session_date,
-                        event_grounding(text, box, ec.speaker_grounding))
-                  for text in _dedupe(data.get("events", []))]
-        box.topic = data.get("topic", "").strip()
+        instructions = extract_prompt([], "", ec.keywords == "model").system
+        participants = self.store.speakers(box.conversation_id, max(m.seq for m in box.messages))
+        events, box.dropped = attribute(data.get("events", []), box, seen[-1], participants, instructions,
+                                        ec.min_grounding)
         box.keywords = (_dedupe(data.get("keywords", [])) if ec.keywords == "model"
                         else text_keywords(box.messages, ec.max_keywords, ec.max_keyword_chars))
+        box.topic, why = checked_topic(data.get("topic", ""), box, box.keywords, instructions, participants)
+        if why:
+            box.dropped[why] = 1
         box.note = note
-        box.events = self.store.save_extraction(box.id, box.topic, box.keywords, events, note)
+        box.events = self.store.save_extraction(box.id, box.topic, box.keywords, events, note, box.dropped)
         box.status = "extracted"
         if self.after_extract is not None:
             yield from self.after_extract(box)

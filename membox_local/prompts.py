@@ -60,16 +60,19 @@ def dialogue_context(recent: Sequence[Message]) -> str:
 
 
 _EXTRACT_KEYWORDS = (
-    "- keywords: the most specific nouns and names (people, places, objects, activities); no filler words.\n")
+    "In \"keywords\", list the most specific nouns and names the lines use (people, places, objects, activities).\n")
+# Each event cites the number of its line and repeats it in that speaker's words: code, not the model, then decides
+# whose it is, what "I" and "you" mean and which date "yesterday" is (attribution.py). Instructions in sentences, not
+# "key: description" lines, which a small model copies into the key's value.
 EXTRACT_SYSTEM = (
-    "You turn a short piece of conversation into a memory record, as JSON.\n"
-    "- topic: one short phrase naming what the piece is about.\n"
+    "You write the memory record of a short piece of conversation, as JSON. The lines are numbered.\n"
+    "In \"topic\", name in two to five words what the lines talk about.\n"
     + _EXTRACT_KEYWORDS +
-    "- events: things the speakers say happened, are true now, or are planned, each as a short standalone "
-    "sentence that names who did it and keeps the speakers' own words where possible. "
-    "Include dates or times that are mentioned. Leave out greetings, questions, feelings and vague wishes. "
-    "Use an empty list when nothing happened.\n"
-    "Only use what the text says; never invent."
+    "In \"events\", list what the speakers tell: things that happened, are true now, or are planned. For each, "
+    "\"line\" is the number of the line that tells it, and \"event\" repeats it as that speaker said it, in their own "
+    "words with their I, me, my and you, and with any date or time it gives. Greetings, questions, thanks and "
+    "reactions are not events.\n"
+    "Write only what the lines say."
 )
 
 
@@ -77,23 +80,32 @@ EXTRACT_SYSTEM = (
 EXTRACT_SYSTEM_NO_KEYWORDS = EXTRACT_SYSTEM.replace(_EXTRACT_KEYWORDS, "")
 
 
-def extract_schema(cfg: ExtractConfig) -> dict[str, Any]:
+def extract_schema(cfg: ExtractConfig, n_lines: int) -> dict[str, Any]:
+    """The record of a box shown as `n_lines` numbered lines: each event names one of those numbers."""
     props: dict[str, Any] = {"topic": {"type": "string", "maxLength": cfg.max_topic_chars}}
     if cfg.keywords == "model":
         props["keywords"] = {"type": "array", "maxItems": cfg.max_keywords,
                              "items": {"type": "string", "maxLength": cfg.max_keyword_chars}}
-    props["events"] = {"type": "array", "maxItems": cfg.max_events,
-                       "items": {"type": "string", "maxLength": cfg.max_event_chars}}
+    props["events"] = {"type": "array", "maxItems": cfg.max_events, "items": {
+        "type": "object",
+        "properties": {"line": {"type": "integer", "minimum": 1, "maximum": max(1, n_lines),
+                                "enum": list(range(1, max(1, n_lines) + 1))},
+                       "event": {"type": "string", "maxLength": cfg.max_event_chars}},
+        "required": ["line", "event"]}}
     return {"type": "object", "properties": props, "required": list(props)}
+
+
+def numbered_lines(messages: Sequence[Message]) -> str:
+    """A box's lines as the extraction call shows them, numbered from 1 ("2. Tom: I start at 5 am")."""
+    return "\n".join(f"{i}. {m.render()}" for i, m in enumerate(messages, 1))
 
 
 def extract_prompt(messages: Sequence[Message], date: str, keywords: bool = True) -> Prompt:
     """The extraction call's prompt; `keywords=False` leaves the keywords out of the instructions (the schema of
     `[extract] keywords = "text"` has none)."""
     when = f" (conversation date: {date})" if date else ""
-    body = "\n".join(m.render() for m in messages)
     return Prompt(EXTRACT_SYSTEM if keywords else EXTRACT_SYSTEM_NO_KEYWORDS,
-                  f"Conversation{when}:\n{body}\n\nJSON record:")
+                  f"Conversation{when}:\n{numbered_lines(messages)}\n\nJSON record:")
 
 
 # ---- Trace Weaver: linking and new traces -------------------------------------------------------

@@ -391,6 +391,13 @@ class Store:
                             (text, conversation_id, message_id))
             self.record(conversation_id, "update", message_id=message_id)
 
+    def speakers(self, conversation_id: str, up_to_seq: int | None = None) -> list[str]:
+        """The conversation's speakers (through message `up_to_seq`), in order of first appearance."""
+        rows = self.db.execute(
+            "SELECT speaker, MIN(seq) AS first FROM messages WHERE conversation_id=? AND seq<=? GROUP BY speaker "
+            "ORDER BY first", (conversation_id, (1 << 62) if up_to_seq is None else up_to_seq)).fetchall()
+        return [r[0] for r in rows if r[0].strip()]
+
     def pending_messages(self, conversation_id: str) -> list[Message]:
         rows = self.db.execute(
             "SELECT * FROM messages WHERE conversation_id=? AND processed=0 ORDER BY seq", (conversation_id,)

@@ -99,12 +99,15 @@ class FakeBackend(Backend):
         return out
 
     def _extract(self, r) -> dict:
-        lines = _lines(r.prompt.user)
-        text = " ".join(l.split(": ", 1)[1] for l in lines)
+        """Each numbered line ("3. Ana: I adopted ...") whose speaker says they did something is an event citing
+        that line, in the speaker's words."""
+        lines = [(int(m.group(1)), m.group(2)) for m in re.finditer(r"^(\d+)\. [^:\n]+: (.*)$", r.prompt.user, re.M)]
+        text = " ".join(said for _, said in lines)
         words = [w for w in WORD.findall(text.lower()) if w not in STOP and len(w) > 3]
         props = r.schema["properties"]
         kws = list(dict.fromkeys(words))[: props["keywords"]["maxItems"] if "keywords" in props else 8]
-        events = [l.split(": ", 1)[1][:150] for l in lines if re.search(r"\bI (signed|adopted|started|booked|ran|made)\b", l)]
+        events = [{"line": n, "event": said[:150]} for n, said in lines
+                  if re.search(r"\bI (signed|adopted|started|booked|ran|made)\b", said)]
         out = {"topic": " ".join(kws[:3]), "keywords": kws, "events": events[: props["events"]["maxItems"]]}
         return out if "keywords" in props else {k: v for k, v in out.items() if k != "keywords"}
 

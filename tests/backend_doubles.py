@@ -18,7 +18,7 @@ from membox_local.records import Message
 MSGS = [Message("c", "1", "Ann", "I adopted a cat named Milo yesterday."),
         Message("c", "2", "Bob", "Nice! What colour is Milo?"),
         Message("c", "3", "Ann", "He is orange and sleeps all day.")]
-SCHEMA = extract_schema(load_config("cpu-fast").extract)
+SCHEMA = extract_schema(load_config("cpu-fast").extract, 3)
 
 
 def label_req(logprobs=False, n=1):

@@ -147,15 +147,18 @@ def test_same_answering_model_reuses_the_build_backend(tmp_path):
         assert build.calls[-1][0] == "answer"
 
 
-def test_weakly_grounded_share_in_the_build_stats(tmp_path):
+def test_a_record_that_swaps_the_people_is_corrected_by_code_and_counted_in_the_build_stats(tmp_path):
     cfg = load_config("cpu", {"loom.judge": "embedding", "loom.threshold": -1.0, "weaver.enabled": False})
     fake = FakeBackend()
-    # the record swaps the people: Bob adopted nothing
-    fake.responder = lambda r: {"topic": "kitten", "keywords": ["Pixel"],
-                                "events": ["Bob adopted a grey kitten named Pixel",
-                                           "Ann adopted a grey kitten named Pixel"]} if r.stage == "extract" else None
+    # the model gives Ann's kitten to Bob (citing Ann's line), and asks a question of its own
+    fake.responder = lambda r: {"topic": "kitten", "keywords": ["Pixel"], "events": [
+        {"line": 1, "event": "Bob adopted a grey kitten named Pixel"},
+        {"line": 3, "event": "Does Pixel sleep on the piano?"}]} if r.stage == "extract" else None
     with _memory(tmp_path / "m", cfg, fake) as mem:
         mem.add(MESSAGES, seal=True)
         stats = mem.stats()
-    assert stats["events"] == 2 and stats["events_weakly_grounded"] == 1
-    assert stats["weakly_grounded_share"] == 0.5
+        (event,) = mem.store.events("c")
+    assert event.text == f"Ann adopted a grey kitten named Pixel yesterday ({event.text.split('(')[1]}"
+    assert event.sources == ["m0"]
+    assert stats["events"] == 1 and stats["events_dropped"] == {"question": 1}
+    assert stats["events_weakly_grounded"] == 0  # what its line does not hold is not kept

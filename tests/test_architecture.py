@@ -17,7 +17,7 @@ LAYERS: list[tuple[str, set[str]]] = [
                                        "terminal", "argtypes", "config", "seams"}),
     ("retrieval contract", {"retrieval.base", "retrieval.layout"}),
     ("retrieval modes", {"retrieval", "retrieval.baselines", "retrieval.compact", "retrieval.boxhits",
-                         "retrieval.eventgraph"}),
+                         "retrieval.lexical", "retrieval.eventgraph"}),
     ("registry", {"systems"}),
     ("storage, models, input", {"store", "store_lock", "store_connections", "index", "weights", "ingest", "prompts", "backends",
                                 "backends.llamacpp", "backends.openai", "backends.vllm", "backends.transformers",
@@ -26,7 +26,7 @@ LAYERS: list[tuple[str, set[str]]] = [
                                 "trust"}),  # what a config read from data may decide (config, the manifest)
     ("execution", {"execution", "execution.driver", "execution.progress", "execution.batch", "execution.merge",
                    "profile"}),  # the build profile: the driver's timing, the machine's ceiling
-    ("box memory", {"judges", "loom", "weaver", "systems.base", "systems.membox_tables", "systems.membox",
+    ("box memory", {"judges", "attribution", "loom", "weaver", "systems.base", "systems.membox_tables", "systems.membox",
                     # the event graph (EventWeave), a memory system at the same level
                     "systems.eventweave_tables", "systems.eventweave_graph", "systems.eventweave"}),
     ("memory's parts", {"memory_settings", "memory_filing", "memory_erasure", "memory_verbs", "memory_reading"}),

@@ -31,10 +31,11 @@ def weaving_backend() -> FakeBackend:
 
     def respond(r):
         if r.stage == "extract":
-            lines = [l.split(": ", 1)[1] for l in r.prompt.user.splitlines() if re.match(r"^[A-Z][\w ]*: ", l)]
+            lines = [l.split(": ", 1)[1] for l in r.prompt.user.splitlines() if re.match(r"^\d+\. [A-Z][\w ]*: ", l)]
             words = [w for w in re.findall(r"[a-z]+", " ".join(lines).lower()) if len(w) > 3]
             kws = list(dict.fromkeys(words))[:4]
-            out = {"topic": " ".join(kws[:2]), "keywords": kws, "events": [l[:150] for l in lines][:4]}
+            events = [{"line": n, "event": l[:150]} for n, l in enumerate(lines, 1)]
+            out = {"topic": " ".join(kws[:2]), "keywords": kws, "events": events[:4]}
             return {k: v for k, v in out.items() if k in r.schema["properties"]}  # keywords = "text": none asked
         if r.stage == "link":
             return {"continues": [1]}
@@ -152,7 +153,8 @@ def test_llamacpp_pool_splits_a_batch_and_keeps_order(cfg):
     cfg.llm.n_threads = 4
     pool = LlamaCppPool(cfg.llm, 2, make=make)
     assert made == [2, 2]  # the threads are split between the instances
-    reqs = [JsonRequest(Prompt("s", f"Ann: I ran {k} miles to Town{k}"), extract_schema(cfg.extract), "extract")
+    reqs = [JsonRequest(Prompt("s", f"1. Ann: I ran {k} miles to Town{k}"), extract_schema(cfg.extract, 1),
+                        "extract")
             for k in range(5)]
     out = pool.json(reqs)
     assert [r.data["keywords"] for r in out] == [FakeBackend().json([q])[0].data["keywords"] for q in reqs]

@@ -41,7 +41,9 @@ ABOUT = ("The stores that the box memory builds from the test conversations with
          "(tests/test_golden.py): per table the row count, the sha256 prefix of its rows as JSON with every float set "
          "to None, and the float columns' values (compared with a tolerance); the digest of every retrieval mode's "
          "context for two questions. The exact parts are those the code before the component seam (commit 601b2f5) "
-         "wrote; the floats were read at commit 5f00f96, whose digests with the floats agreed with 601b2f5's.")
+         "wrote; the floats were read at commit 5f00f96, whose digests with the floats agreed with 601b2f5's. Written "
+         "again when records began to cite their lines (issue 50, attribution.py: events in their line's words with "
+         "persons resolved, their sources, what was dropped): boxes, events, traces, usage and contexts moved.")
 # scores are cosines and logistic probabilities in [0, 1]: a CPU's rounding moves them by ~1e-7
 FLOAT_TOLERANCE = 1e-5
 

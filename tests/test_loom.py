@@ -139,7 +139,8 @@ def test_events_are_grounded_and_dated(memory):
     rows = [("A", "I signed up for the city marathon"), ("B", "Wow, when is the city marathon?")]
     memory.add(msgs("c", rows), seal=True)
     box = memory.boxes("c")[0]
-    assert [e.text for e in box.events] == ["I signed up for the city marathon"]
+    assert [e.text for e in box.events] == ["A signed up for the city marathon"]  # "I" is the cited line's speaker
+    assert box.events[0].sources == [box.messages[0].message_id]
     assert box.events[0].date == "1 May 2024" and box.events[0].grounding == 1.0
     assert grounding("Maya adopted a purple dragon", "A: I signed up for the city marathon") == 0.0
 
@@ -166,7 +167,7 @@ def test_text_keywords_leave_the_keywords_out_of_the_extraction_call(memory, fak
     memory.add(msgs("c", rows), seal=True)
     box = memory.boxes("c")[0]
     assert box.keywords[0] == "Berlin" and "marathon" in box.keywords
-    assert [e.text for e in box.events] == ["I signed up for the Berlin marathon"]
+    assert [e.text for e in box.events] == ["A signed up for the Berlin marathon"]
     (req,) = [r for r in seen if r.stage == "extract"]
     assert "keywords" not in req.schema["properties"] and "keywords" not in req.prompt.system
 

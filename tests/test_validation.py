@@ -16,10 +16,10 @@ from membox_local.config import ExtractConfig
 from membox_local.prompts import extract_schema, link_schema, trace_init_schema
 
 EXTRACT = extract_schema(ExtractConfig(max_topic_chars=20, max_keywords=3, max_keyword_chars=10, max_events=2,
-                                       max_event_chars=30))
+                                       max_event_chars=30), 3)
 LINK = link_schema(3)
 TRACES = trace_init_schema(3, 2, 12)
-GOOD = {"topic": "marathon", "keywords": ["run", "Lisbon"], "events": ["Maya signed up for a race"]}
+GOOD = {"topic": "marathon", "keywords": ["run", "Lisbon"], "events": [{"line": 2, "event": "I signed up for a race"}]}
 
 
 def rejected(data, schema) -> str:
@@ -44,7 +44,8 @@ def test_valid_output_is_accepted_as_parsed():
 @pytest.mark.parametrize("data, schema, expected", [
     ({**GOOD, "topic": "t" * 21}, EXTRACT, "$.topic: 21 characters, more than maxLength 20"),
     ({**GOOD, "keywords": ["k" * 11]}, EXTRACT, "$.keywords[0]: 11 characters, more than maxLength 10"),
-    ({**GOOD, "events": ["e" * 31]}, EXTRACT, "$.events[0]: 31 characters, more than maxLength 30"),
+    ({**GOOD, "events": [{"line": 1, "event": "e" * 31}]}, EXTRACT,
+     "$.events[0].event: 31 characters, more than maxLength 30"),
     ({"storylines": [{"title": "x" * 13, "events": [1]}]}, TRACES, "$.storylines[0].title: 13 characters"),
 ])
 def test_over_long_strings_are_rejected(data, schema, expected):
@@ -55,7 +56,8 @@ def test_over_long_strings_are_rejected(data, schema, expected):
     ({**GOOD, "topic": 7}, EXTRACT, "$.topic: expected string, got integer 7"),
     ({**GOOD, "topic": None}, EXTRACT, "$.topic: expected string, got null"),
     ({**GOOD, "keywords": "run, Lisbon"}, EXTRACT, "$.keywords: expected array, got string"),
-    ({**GOOD, "events": [{"text": "x"}]}, EXTRACT, "$.events[0]: expected string, got object"),
+    ({**GOOD, "events": ["x"]}, EXTRACT, "$.events[0]: expected object, got string"),
+    ({**GOOD, "events": [{"line": 4, "event": "x"}]}, EXTRACT, "$.events[0].line: "),  # the box has 3 lines
     ({"continues": ["1"]}, LINK, "$.continues[0]: expected integer, got string"),
     ({"continues": [1.0]}, LINK, "$.continues[0]: expected integer, got number 1.0"),  # 1.0 is not an index
     ({"continues": [True]}, LINK, "$.continues[0]: expected integer, got boolean"),
@@ -77,7 +79,7 @@ def test_extra_keys_are_rejected(data, schema, expected):
 
 @pytest.mark.parametrize("data, schema, expected", [
     ({**GOOD, "keywords": ["a", "b", "c", "d"]}, EXTRACT, "$.keywords: 4 items, more than maxItems 3"),
-    ({**GOOD, "events": ["a", "b", "c"]}, EXTRACT, "$.events: 3 items, more than maxItems 2"),
+    ({**GOOD, "events": GOOD["events"] * 3}, EXTRACT, "$.events: 3 items, more than maxItems 2"),
     ({"continues": [1, 2, 3, 1]}, LINK, "$.continues: 4 items, more than maxItems 3"),
     ({"storylines": [{"title": "t", "events": [1]}] * 3}, TRACES, "$.storylines: 3 items, more than maxItems 2"),
 ])

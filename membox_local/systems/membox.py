@@ -155,6 +155,10 @@ class BoxMemory(Component):
             status[b.status] = status.get(b.status, 0) + 1
         events = self.store.events(conversation_id)
         weak = sum(e.grounding < self.config.extract.min_grounding for e in events)
+        dropped: dict[str, int] = {}
+        for b in boxes:
+            for reason, n in b.dropped.items():
+                dropped[reason] = dropped.get(reason, 0) + n
         return {
             "messages": n_msgs,
             "boxes": len(boxes),
@@ -164,10 +168,13 @@ class BoxMemory(Component):
             # the reason is on the box (`membox show --failed`), the next build retries them
             "failed_boxes": status.get("failed", 0),
             "events": len(events),
-            # events below min_grounding (words not in the box, or not in the lines of the person they name):
-            # kept and shown flagged, left out of traces
+            # events below min_grounding (words not in the box, or not in the lines of the person they name): in
+            # memories built before events cited their lines (since then such an event is not kept), kept and shown
+            # flagged, left out of traces
             "events_weakly_grounded": weak,
             "weakly_grounded_share": round(weak / len(events), 3) if events else 0.0,
+            # what code dropped from the model's records, or corrected, by reason (attribution.py; Box.dropped)
+            "events_dropped": dict(sorted(dropped.items())),
             "traces": len(self.store.traces(conversation_id)),
         }
 

@@ -331,7 +331,8 @@ class BoxTables:
                 self._record_box(bid, "invalidate", {"cause": cause})
                 status = self.db.execute("SELECT status FROM boxes WHERE id=?", (bid,)).fetchone()[0]
                 self.db.execute(
-                    "UPDATE boxes SET status=?, topic='', keywords='[]', error='', woven=0 WHERE id=?",
+                    "UPDATE boxes SET status=?, topic='', keywords='[]', error='', woven=0, note='', dropped='{}' "
+                    "WHERE id=?",
                     ("open" if status == "open" else "sealed", bid),
                 )
                 counts["boxes_to_extract"] += status != "open"

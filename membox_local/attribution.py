@@ -1,0 +1,361 @@
+"""What code decides about the events a model wrote for a box: which message each came from, whose it is, what its
+"I", "you" and "yesterday" mean, and whether it is kept.
+
+The extraction call (prompts.extract_prompt) shows the box's lines numbered and asks, for each event, the number of
+the line that says it and the event in that speaker's own words. The model writes words; the data fixes the facts
+around them:
+- source: the cited line's message (Event.sources); its speaker is the event's person.
+- person: "I", "me", "my", "mine", "myself" are the cited line's speaker; "you", "your", "yours" the other
+  participant where the conversation has exactly two ("the user" and "the assistant" in a chat with an assistant);
+  "we", "us", "our" the speaker and others. An event that opens with a verb gets the speaker as its subject. An
+  event that opens with another participant's name when the cited line is not theirs and neither names them nor
+  speaks to them ("you"), or that names that person again as if they acted on themselves ("Maya asks Maya ..."),
+  gets the speaker back: counted as "subject corrected".
+- time: each relative time of the cited line ("yesterday", "last year") is resolved against the line's session date
+  (dates.py, as retrieval shows messages): written after the phrase where the event keeps it, else after the event.
+- kept or not (Box.dropped counts each reason): "empty" (no words beyond names), "question", "prompt text" (words
+  of the instructions, not of the box: a small model's placeholder), "unsupported" (under `min_grounding` of its
+  content words are in the cited line or the line before it, which it may answer), "repeated" (the same event
+  again). A topic that is the instructions' text, or names a thing the box never writes, is replaced by the box's
+  first keywords ("topic prompt text", "topic not in box").
+"""
+from __future__ import annotations
+
+import re
+from collections import Counter
+from typing import Any, Mapping, Sequence
+
+from .dates import relative_phrases
+from .grounding import CHAT_WORDS, content_words, grounding, stem
+from .records import Box, Event, Message
+
+# Chat histories with an assistant name their speakers by role; an event names them "the user", "the assistant".
+ROLE_NAMES = {"user": "the user", "assistant": "the assistant", "system": "the system"}
+
+# After "I" and before the verb: words that do not change the verb's form
+_ADVERBS = frozenset("just really also still usually often always never actually finally recently already even "
+                     "sometimes rarely mostly only totally definitely probably".split())
+# verbs whose "I" form is not made third person by adding -s, and words after "I" that are no verb to inflect
+_THIRD = {"am": "is", "are": "is", "were": "was", "have": "has", "do": "does", "go": "goes", "don't": "doesn't",
+          "haven't": "hasn't", "aren't": "isn't", "weren't": "wasn't"}
+_NO_S = frozenset("can could will would shall should may might must did was were had got went made took saw came "
+                  "found gave told felt left bought brought thought ran began met kept won wrote spent sent built "
+                  "lost paid heard held sat stood understood taught caught fought sold slept drove ate drank swam "
+                  "flew grew knew threw wore chose spoke broke forgot said did didn't wasn't couldn't wouldn't "
+                  "won't can't shouldn't read put cut let set hit quit hurt cost shut spread became did used "
+                  "tried".split())
+# first words (past a leading name) that make an event a question; "when" may open a statement
+_ASKS = frozenset("how what why where which whose whom".split())
+# first words of a clause that are a verb, so the event needs a subject ("started a new job")
+_VERB_START = frozenset("is was has had will would can could plans planned wants wanted likes liked loves loved "
+                        "needs needed hopes hoped thinks feels works worked lives lived goes does enjoys enjoyed "
+                        "got used started went made took bought visited joined finished tried learned".split())
+_WORD = re.compile(r"[A-Za-z][A-Za-z'-]*")
+_NAMES_RUN = 5  # a run of this many words shared with the instructions and absent from the box is prompt text
+
+
+def display_name(speaker: str) -> str:
+    """How an event names a speaker: their name, or "the user"/"the assistant" for a role."""
+    return ROLE_NAMES.get(speaker.strip().lower(), speaker.strip())
+
+
+def first_name(name: str) -> str:
+    parts = name.split()
+    return parts[-1] if parts and parts[0].lower() == "the" else (parts[0] if parts else name)
+
+
+def _third_person(verb: str) -> str:
+    low = verb.lower()
+    if low in _THIRD:
+        return _THIRD[low]
+    if low in _NO_S or low.endswith(("ed", "ing", "s", "n't")) or not low.isalpha():
+        return verb
+    if low.endswith(("sh", "ch", "x", "z", "o")):
+        return verb + "es"
+    if low.endswith("y") and len(low) > 1 and low[-2] not in "aeiou":
+        return verb[:-1] + "ies"
+    return verb + "s"
+
+
+def _subject_verb(text: str, pronoun: str, name: str) -> str:
+    """`pronoun` (I / you, as a subject) replaced by `name`, the verb after it (past any adverbs) in the third
+    person: "I really love it" -> "Tom really loves it"; "you're" -> "Maya is"."""
+    def sub(m: re.Match) -> str:
+        rest = m.group(2) or ""
+        words = rest.split(" ")
+        for i, w in enumerate(words):
+            if w.lower() not in _ADVERBS:
+                words[i] = _third_person(w)
+                break
+        return name + (m.group(1) or "") + " ".join(words)
+    contracted = {"I": r"I'm|I've", "you": r"you're|you've"}[pronoun]
+    text = re.sub(rf"\b({contracted})\b", lambda m: name + (" is" if m.group(1).lower().endswith(("'m", "'re"))
+                                                            else " has"), text, flags=re.IGNORECASE)
+    flags = 0 if pronoun == "I" else re.IGNORECASE
+    # the subject pronoun with up to three words after it (adverbs, then the verb)
+    return re.sub(rf"\b{pronoun}\b(\s+)?((?:[A-Za-z'-]+)(?:\s+[A-Za-z'-]+){{0,2}})?", sub, text, flags=flags)
+
+
+def resolve_person(text: str, speaker: str, other: str | None) -> str:
+    """`text` (the event as the cited line's speaker said it) with first person made the speaker's name and second
+    person the other participant's (left as it is where there is no single other participant)."""
+    s = display_name(speaker)
+    text = text.replace("\u2019", "'")
+    text = re.sub(r"\bI'(ll|d)\b", lambda m: f"{s} {'will' if m.group(1) == 'll' else 'would'}", text)
+    text = _subject_verb(text, "I", s)
+    text = re.sub(r"\b(my|mine)\b", f"{s}'s", text, flags=re.IGNORECASE)
+    text = re.sub(r"\b(me|myself)\b", s, text, flags=re.IGNORECASE)
+    # case kept: "US" is a country
+    text = re.sub(r"\b(we|We|us|ourselves|Ourselves)\b", f"{s} and others", text)
+    text = re.sub(r"\b(our|Our|ours|Ours)\b", f"{s}'s", text)
+    if other:
+        o = display_name(other)
+        text = re.sub(r"\byou'(ll|d)\b", lambda m: f"{o} {'will' if m.group(1) == 'll' else 'would'}", text,
+                      flags=re.IGNORECASE)
+        text = re.sub(r"\b(your|yours)\b", f"{o}'s", text, flags=re.IGNORECASE)
+        text = re.sub(r"\byourself\b", o, text, flags=re.IGNORECASE)
+        # "you" after a verb or a preposition is an object: the name alone; at a clause's start, the subject
+        text = re.sub(r"(?<=[a-z] )you\b(?!'|\s+(?:are|were|have|do|did|can|will|would|should|could|[a-z]+ed)\b)",
+                      o, text)
+        text = _subject_verb(text, "you", o)
+    return _capitalise(text)
+
+
+def _capitalise(text: str) -> str:
+    return text[:1].upper() + text[1:] if text[:1].islower() else text
+
+
+def _names_in(text: str, participants: Sequence[str]) -> list[str]:
+    """Participants `text` names (by their first name, whole word, any case), in the order they first appear."""
+    found = []
+    for p in participants:
+        m = re.search(rf"\b{re.escape(first_name(display_name(p)))}\b", text, flags=re.IGNORECASE)
+        if m:
+            found.append((m.start(), p))
+    return [p for _, p in sorted(found)]
+
+
+def fix_subject(text: str, line: Message, participants: Sequence[str], other: str | None) -> tuple[str, bool]:
+    """The event with its person set from the cited line: (text, corrected). A text opening with a verb gets the
+    speaker; one opening with another participant whom the line neither is by, names nor addresses ("you"), or who
+    is named again after it, gets the speaker instead of that name."""
+    words = text.split(" ", 1)
+    if words[0].lower() in _VERB_START:
+        return f"{display_name(line.speaker)} {text}", False
+    lead = next((p for p in participants
+                 if re.match(rf"{re.escape(display_name(p))}\b", text, flags=re.IGNORECASE)), None)
+    if lead is None or lead == line.speaker:
+        return text, False
+    shown = display_name(lead)
+    in_line = bool(_names_in(line.text, [lead])) or (lead == other and re.search(r"\byou", line.text, re.I))
+    again = re.search(rf"\b{re.escape(first_name(shown))}\b", text[len(shown):], flags=re.IGNORECASE)
+    if in_line and not again:
+        return text, False
+    return display_name(line.speaker) + text[len(shown):], True
+
+
+def with_times(text: str, line: Message) -> str:
+    """The event with each relative time of its cited line resolved after the phrase where the event keeps it; a
+    line with one such time that the event left out gets it in parentheses after the event ("... (yesterday: 7 May
+    2023)"; of several, which one the event means is not the code's to guess)."""
+    out = text
+    phrases = relative_phrases(line.text, line.session_date)
+    for phrase, when in phrases:
+        m = re.search(rf"\b{re.escape(phrase)}\b", out, flags=re.IGNORECASE)
+        if m:
+            out = f"{out[:m.end()]} ({when}){out[m.end():]}"
+        elif len(phrases) == 1:
+            out = f"{out.rstrip('. ')} ({phrase}: {when})"
+    return out
+
+
+def is_question(text: str, participants: Sequence[str]) -> bool:
+    """An event that asks rather than tells: it ends with "?", or (past a leading name) opens with a question word
+    and its own words are a question's ("Tom how many days a week ...")."""
+    if text.rstrip().endswith("?"):
+        return True
+    rest = text
+    for p in participants:
+        rest = re.sub(rf"^{re.escape(display_name(p))}\b[,:]?\s*", "", rest, flags=re.IGNORECASE)
+    first = rest.split(" ", 1)[0].lower().strip(",")
+    return first in _ASKS
+
+
+def echoes_prompt(text: str, instructions: str, box_text: str) -> bool:
+    """`text` holds a run of _NAMES_RUN words of the instructions that the box does not hold."""
+    words = [w.lower() for w in _WORD.findall(text)]
+    said = " ".join(w.lower() for w in _WORD.findall(instructions))
+    box = " ".join(w.lower() for w in _WORD.findall(box_text))
+    for i in range(len(words) - _NAMES_RUN + 1):
+        run = " ".join(words[i:i + _NAMES_RUN])
+        if run in said and run not in box:
+            return True
+    return False
+
+
+def tells_something(text: str) -> bool:
+    """Two words that are neither chat nor a reaction ("Exactly", "That's brutal", "Tom will be cheering" do not
+    tell a fact), or one written with a capital (a place, a thing's name: "went to Paris")."""
+    facts = [w for w in content_words(text) if w not in CHAT_WORDS]
+    return len(facts) >= 2 or (len(facts) == 1 and any(w[:1].isupper() and w.lower() == facts[0]
+                                                         for w in _WORD.findall(text)))
+
+
+def without_names(text: str, participants: Sequence[str]) -> str:
+    """`text` without the participants' names: the words grounding counts."""
+    for p in participants:
+        text = re.sub(rf"\b{re.escape(first_name(display_name(p)))}\b", " ", text, flags=re.IGNORECASE)
+    return text
+
+
+def other_participant(speaker: str, participants: Sequence[str]) -> str | None:
+    """Whom "you" means in `speaker`'s lines: the other participant of a two-person conversation."""
+    others = [p for p in participants if p != speaker]
+    return others[0] if len(others) == 1 else None
+
+
+_SAYS = ("says|said|mentions|mentioned|adds|added|replies|replied|writes|wrote|shares|shared|explains|explained|"
+         "tells us|notes|noted")
+_SENTENCE = re.compile(r"(?<=[.!?])\s+")
+_OPENERS = re.compile(r"^(?:(?:yes|yeah|yep|no|nope|well|oh|wow|ah|aw|hey|hi|haha|lol|ok|okay|sure|so|anyway|and|"
+                      r"but|also|guess what|by the way|btw|thanks|thank you|good news|big news)\b[,!.:]*\s+)+",
+                      re.IGNORECASE)
+WHOLE = 0.75  # an event whose content words its line's sentences hold to this share is kept in the line's words
+
+
+def unwrapped(text: str, participants: Sequence[str]) -> str:
+    """The model's event without what narrates it: a speaker's "Tom:" or "Tom says, '...'" around the words."""
+    names = "|".join(re.escape(display_name(p)) for p in participants) or "(?!)"
+    text = re.sub(rf"^(?:{names})\s*:\s*", "", text, flags=re.IGNORECASE)
+    m = re.match(rf"^(?:{names}|he|she|they)\s+(?:{_SAYS})(?:\s+that)?\s*[,:]?\s*", text, flags=re.IGNORECASE)
+    if m:
+        text = text[m.end():]
+    return text.strip().strip("'\"\u2018\u2019\u201c\u201d").strip()
+
+
+def statements(text: str) -> str:
+    """`text` without its questions (sentences that end with "?")."""
+    return " ".join(x for x in _SENTENCE.split(text.strip()) if x and not x.rstrip().endswith("?"))
+
+
+def said_sentences(event: str, line: Message, participants: Sequence[str]) -> str:
+    """The sentences of the cited line that the event draws on, in the line's order, each without a leading "yes,",
+    "wow," or a name the speaker addresses ("Tom, ..."); a question or a sentence without content words is never
+    one, nor a sentence of one content word ("Really well.") beside others; "" when none."""
+    words = {w[:5] for w in content_words(event)}
+    names = "|".join(re.escape(first_name(display_name(p))) for p in participants) or "(?!)"
+    picked = []
+    for sentence in _SENTENCE.split(statements(line.text)):
+        sentence = re.sub(rf"^(?:{names}),\s*", "", _OPENERS.sub("", sentence).strip(), flags=re.IGNORECASE)
+        own = content_words(sentence)
+        if own and (sum(w[:5] in words for w in own) / len(own) >= 0.5 or grounding(event, sentence) >= WHOLE):
+            picked.append((sentence[:1].upper() + sentence[1:], len(own)))
+    if len(picked) > 1:
+        picked = [p for p in picked if p[1] > 1] or picked
+    return " ".join(sentence for sentence, _ in picked)
+
+
+def source_line(rest: str, shown: Sequence[Message], n: int, min_grounding: float) -> tuple[int | None, float]:
+    """(the line an event's words `rest` come from, their grounding): the cited line `n` where its statements hold
+    some of them and, with the line before it (which the line may answer), at least `min_grounding`; else the line
+    before when the cited one holds none of them (a model citing the reply to what it read); (None, 0) when
+    neither holds the event."""
+    for k in (n, n - 1):
+        if k < 1:
+            break
+        own = statements(shown[k - 1].text)
+        with_before = own + ("\n" + shown[k - 2].text if k > 1 else "")
+        if grounding(rest, own) > 0 and grounding(rest, with_before) >= min_grounding:
+            return k, grounding(rest, with_before)
+        if grounding(rest, own) > 0:
+            break
+    return None, 0.0
+
+
+def _self_reference(text: str, participants: Sequence[str]) -> bool:
+    """"Maya asked Maya to ...": one person as subject and object of one verb, a model's mix-up."""
+    return any(re.match(rf"^{re.escape(display_name(p))} \w+ {re.escape(display_name(p))}\b", text, re.IGNORECASE)
+               for p in participants)
+
+
+def cited_event(item: Mapping[str, Any], box: Box, shown: Sequence[Message], participants: Sequence[str],
+                instructions: str, min_grounding: float) -> tuple[Event | None, str]:
+    """One of the model's events ({"line": n, "event": text}, n counting the lines `shown` from 1) as the memory
+    keeps it, with the reason it is dropped or corrected ("" when neither). Where the cited line's own sentences
+    hold the event's words (WHOLE), the event is those sentences with their persons resolved: the data's words,
+    not the model's; else the model's words (an answer that draws on the line before), persons resolved and its
+    subject checked."""
+    n = item.get("line")
+    if not isinstance(n, int) or not 1 <= n <= len(shown):  # the schema's enum forbids it; a backend may not
+        return None, "no line"
+    raw = statements(unwrapped(" ".join(str(item.get("event", "")).split()), participants))
+    if not raw or is_question(raw, participants):
+        return None, "question"
+    if echoes_prompt(raw, instructions, box.text()):
+        return None, "prompt text"
+    rest = without_names(raw, participants)
+    if not tells_something(rest):
+        return None, "empty"
+    k, support = source_line(rest, shown, n, min_grounding)
+    if k is None:
+        return None, "unsupported"
+    line = shown[k - 1]  # an excerpt's message keeps its id, speaker and date
+    other = other_participant(line.speaker, participants)
+    said = said_sentences(rest, line, participants)
+    corrected = False
+    if said and grounding(rest, said) >= WHOLE:
+        text = resolve_person(said.rstrip(" ."), line.speaker, other)
+    else:
+        text, corrected = fix_subject(resolve_person(raw.rstrip(" ."), line.speaker, other), line, participants,
+                                      other)
+        if _self_reference(text, participants):
+            return None, "self-reference"
+    event = Event(0, box.id, box.conversation_id, with_times(text, line), line.session_date or box.session_date,
+                  round(support, 3), [line.message_id])
+    return event, "subject corrected" if corrected else ("line corrected" if k != n else "")
+
+
+def attribute(items: Sequence[Mapping[str, Any]], box: Box, shown: Sequence[Message], participants: Sequence[str],
+              instructions: str, min_grounding: float) -> tuple[list[Event], dict[str, int]]:
+    """The events kept from the model's `items`, and what was dropped or corrected (reason -> count)."""
+    kept: list[Event] = []
+    seen: set[str] = set()
+    counts: Counter = Counter()
+    for item in items:
+        event, why = cited_event(item, box, shown, participants, instructions, min_grounding)
+        if event is not None and event.text.lower() in seen:
+            event, why = None, "repeated"
+        if why:
+            counts[why] += 1
+        if event is not None:
+            seen.add(event.text.lower())
+            kept.append(event)
+    return kept, dict(counts)
+
+
+def _bare(word: str) -> str:
+    """A word without case and without a possessive "'s" (its first four letters, stemmed, stand for it in a topic:
+    "Tasting" is in a box that says "taste")."""
+    return re.sub(r"'s$", "", word.lower().replace("\u2019", "'"))
+
+
+def checked_topic(topic: str, box: Box, keywords: Sequence[str], instructions: str,
+                  participants: Sequence[str] = ()) -> tuple[str, str]:
+    """(the topic kept, the reason it was replaced: "" when it was not). A topic says what, not who: the
+    participants' names are taken out of it ("Tom's knee pain" -> "knee pain": whose it is, the events say). A
+    topic made of the instructions' words, or naming something (a capitalised word) the box never writes, gives
+    way to the box's first three keywords."""
+    for p in participants:
+        topic = re.sub(rf"\b{re.escape(first_name(display_name(p)))}(?:'s|\u2019s)?\b", " ", topic,
+                       flags=re.IGNORECASE)
+    topic = " ".join(topic.split()).strip(" ,&-")
+    topic = re.sub(r"^(?:and|&)\s+|\s+(?:and|&)$", "", topic).strip()
+    topic = ", ".join(dict.fromkeys(part.strip() for part in topic.split(",") if part.strip()))  # a looping model
+    words = {_bare(w)[:4] for w in _WORD.findall(box.text())}
+    fallback = ", ".join(keywords[:3])
+    if echoes_prompt(topic, instructions, box.text()) or (topic and not content_words(topic)):
+        return fallback, "topic prompt text"
+    named = [w for w in _WORD.findall(topic) if w[:1].isupper() and stem(_bare(w))[:4] not in words]
+    if named:
+        return fallback, "topic not in box"
+    return topic, ""

@@ -1,0 +1,130 @@
+"""What code decides about the model's events (attribution.py): source, person, time, kept or dropped."""
+from __future__ import annotations
+
+import pytest
+
+from membox_local.attribution import (attribute, checked_topic, display_name, fix_subject, is_question,
+                                      resolve_person, with_times)
+from membox_local.prompts import EXTRACT_SYSTEM
+from membox_local.records import Box, Message
+
+DATE = "1:56 pm on 8 May, 2023"
+LINES = [("Maya", "How is the new job at the bakery going?"),
+         ("Tom", "Great! Rosa started me on the early shift, so I'm there at 5 am making sourdough."),
+         ("Maya", "Wow. I ran 10 km yesterday, my longest run this year."),
+         ("Tom", "Rosa is teaching me how to shape baguettes. Can you taste one next time?")]
+PEOPLE = ["Maya", "Tom"]
+
+
+def box(rows=LINES, date=DATE) -> Box:
+    b = Box(7, "c", "1", date)
+    b.messages = [Message("c", f"D1:{i + 1}", sp, t, "1", date, seq=i) for i, (sp, t) in enumerate(rows)]
+    return b
+
+
+def run(items, b=None):
+    b = b or box()
+    return attribute(items, b, b.messages, PEOPLE, EXTRACT_SYSTEM, 0.5)
+
+
+@pytest.mark.parametrize("said, speaker, other, expected", [
+    ("I'm there at 5 am making sourdough", "Tom", "Maya", "Tom is there at 5 am making sourdough"),
+    ("Rosa is teaching me to shape baguettes", "Tom", "Maya", "Rosa is teaching Tom to shape baguettes"),
+    ("I go running every day", "Maya", "Tom", "Maya goes running every day"),
+    ("I watch movies with my sister", "Maya", "Tom", "Maya watches movies with Maya's sister"),
+    ("I'll visit you next week", "Tom", "Maya", "Tom will visit Maya next week"),
+    ("you're running a marathon", "Tom", "Maya", "Maya is running a marathon"),
+    ("I've been to the US twice", "Tom", "Maya", "Tom has been to the US twice"),  # "US" is not "us"
+    ("We went camping with our kids", "Tom", "Maya", "Tom and others went camping with Tom's kids"),
+    ("I asked you for a recipe", "user", "assistant", "The user asked the assistant for a recipe"),
+    ("You should try it", "Tom", None, "You should try it"),  # no single other participant: left as said
+])
+def test_first_and_second_person_are_the_cited_speaker_and_the_other(said, speaker, other, expected):
+    assert resolve_person(said, speaker, other) == expected
+
+
+def test_roles_are_named_as_roles():
+    assert display_name("user") == "the user" and display_name("Tom") == "Tom"
+
+
+def test_a_name_the_cited_line_does_not_support_gives_way_to_its_speaker():
+    line = box().messages[3]  # Tom: "Rosa is teaching me ... Can you taste one next time?"
+    # Maya is addressed ("you") in the line: a claim about her may stand ...
+    assert fix_subject("Maya will taste one next time", line, PEOPLE, "Maya") == (
+        "Maya will taste one next time", False)
+    # ... but not one that has her act on herself
+    assert fix_subject("Maya asks Maya to taste one", line, PEOPLE, "Maya") == ("Tom asks Maya to taste one", True)
+    own = box().messages[1]  # Tom's line names Rosa, not Maya, and does not address her
+    assert fix_subject("Maya is there at 5 am", own, PEOPLE, "Maya") == ("Tom is there at 5 am", True)
+    assert fix_subject("started on the early shift", own, PEOPLE, "Maya") == ("Tom started on the early shift", False)
+
+
+def test_relative_times_of_the_cited_line_carry_their_dates():
+    line = box().messages[2]
+    assert with_times("Maya ran 10 km yesterday", line) == "Maya ran 10 km yesterday (7 May 2023)"
+    assert with_times("Maya ran 10 km", line) == "Maya ran 10 km"  # two times in the line: which one is not known
+    one = Message("c", "x", "Tom", "I ran 10 km yesterday", "1", DATE)
+    assert with_times("Tom ran 10 km", one) == "Tom ran 10 km (yesterday: 7 May 2023)"
+    undated = Message("c", "x", "Tom", "I ran yesterday", "1", "")
+    assert with_times("Tom ran yesterday", undated) == "Tom ran yesterday"
+
+
+def test_questions_are_not_events():
+    assert is_question("How is the new job going?", PEOPLE)
+    assert is_question("Tom how many days a week does the plan want you to run", PEOPLE)
+    assert not is_question("Tom is going to Paris", PEOPLE) and not is_question("When Tom was ten he ran", PEOPLE)
+
+
+def test_each_kept_event_cites_its_message_and_names_its_speaker():
+    events, dropped = run([{"line": 2, "event": "I'm there at 5 am making sourdough"},
+                           {"line": 3, "event": "I ran 10 km yesterday"},
+                           {"line": 4, "event": "Rosa is teaching me how to shape baguettes"}])
+    # each in its line's own words (the sentences the model's words draw on), persons and times resolved by code
+    assert [e.text for e in events] == [
+        "Rosa started Tom on the early shift, so Tom is there at 5 am making sourdough",
+        "Maya ran 10 km yesterday (7 May 2023), Maya's longest run this year (2023)",
+        "Rosa is teaching Tom how to shape baguettes"]  # the line's question ("Can you taste one?") left out
+    assert [e.sources for e in events] == [["D1:2"], ["D1:3"], ["D1:4"]]
+    assert dropped == {} and all(e.grounding >= 0.5 and e.date == DATE for e in events)
+
+
+def test_what_is_empty_asked_echoed_unsupported_or_repeated_is_dropped_and_counted():
+    events, dropped = run([
+        {"line": 2, "event": "Tom"},                                        # only a name
+        {"line": 1, "event": "How is the new job at the bakery going?"},    # a question
+        {"line": 2, "event": "things that happened, are true now, or are planned"},  # the instructions
+        {"line": 3, "event": "Maya adopted a purple dragon"},               # not in her line
+        {"line": 3, "event": "I ran 10 km yesterday"},
+        {"line": 3, "event": "I ran 10 km yesterday"},                      # the same again
+        {"line": 9, "event": "I ran"},                                      # no such line
+        # Tom answers Maya's question: words of the line before, in the model's sentence, whose person is Tom's
+        {"line": 2, "event": "Maya's new job at the bakery is going great"},
+    ])
+    assert [e.text for e in events] == [
+        "Maya ran 10 km yesterday (7 May 2023), Maya's longest run this year (2023)",
+        "Tom's new job at the bakery is going great"]
+    assert dropped == {"empty": 1, "question": 1, "prompt text": 1, "unsupported": 1, "repeated": 1, "no line": 1,
+                       "subject corrected": 1}
+
+
+def test_a_narrated_or_copied_line_keeps_the_speaker_from_the_data():
+    events, _ = run([{"line": 4, "event": "Tom: Rosa is teaching me how to shape baguettes"},
+                     {"line": 3, "event": "Tom says, 'I ran 10 km yesterday'"},  # Maya's line, narrated as Tom's
+                     {"line": 2, "event": "Tom asked Tom to start the early shift at 5 am"}])
+    assert [e.text for e in events] == [
+        "Rosa is teaching Tom how to shape baguettes",
+        "Maya ran 10 km yesterday (7 May 2023), Maya's longest run this year (2023)",
+        "Rosa started Tom on the early shift, so Tom is there at 5 am making sourdough"]
+
+
+def test_a_topic_of_the_instructions_or_of_things_the_box_never_says_gives_way_to_keywords():
+    b = box()
+    kws = ["bakery", "sourdough", "baguettes"]
+    assert checked_topic("Tom's bakery job", b, kws, EXTRACT_SYSTEM) == ("Tom's bakery job", "")
+    assert checked_topic("Maya's bakery job", b, kws, EXTRACT_SYSTEM, PEOPLE) == ("bakery job", "")  # what, not who
+    assert checked_topic("Tom and Maya", b, kws, EXTRACT_SYSTEM, PEOPLE) == ("bakery, sourdough, baguettes",
+                                                                            "topic prompt text")
+    assert checked_topic("name in two to five words what the lines talk about", b, kws, EXTRACT_SYSTEM) == (
+        "bakery, sourdough, baguettes", "topic prompt text")
+    assert checked_topic("Lisbon, Spain", b, kws, EXTRACT_SYSTEM) == ("bakery, sourdough, baguettes",
+                                                                       "topic not in box")
