@@ -1,9 +1,10 @@
 """The records each build model writes with cited lines (issue 50): what code keeps, drops and corrects, and the
 hand check of who the kept events name.
 
-    # the same 30 LoCoMo dev boxes as extract_models.py (10 each of conv-26, conv-30, conv-44, from the boxes-only
-    # builds of `membox eval locomo --config cpu --boxes-only --no-qa --conversations conv-26 conv-30 conv-44
-    # --builds runs/builds-boxes`), and the demo conversation's boxes; each model's raw output is saved
+    # 30 LoCoMo dev boxes sampled as extract_models.py samples them (10 each of conv-26, conv-30, conv-44, every n-th
+    # box of 3+ messages) from the default judge's boxes-only builds (`membox eval locomo --config cpu-ce --boxes-only
+    # --no-qa --conversations conv-26 conv-30 conv-44 --builds runs/builds-boxes --modes turn-rag --budgets 500
+    # --out runs/records-boxes`), and the demo conversation's boxes; each model's raw output is saved
     python benchmarks/records_check.py run --models qwen2.5-coder-0.5b qwen2.5-coder-1.5b --threads 1
     # each box's numbered lines and each model's kept events (attribution.py applied to the saved output), numbered,
     # with their sources and what was dropped: what the hand check reads
@@ -192,7 +193,7 @@ def main() -> None:
     p.add_argument("what", choices=["run", "show", "report"])
     p.add_argument("--models", nargs="+", default=["qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b"])
     p.add_argument("--config", default="cpu-ce")
-    p.add_argument("--builds", default="runs/builds-boxes/cpu")
+    p.add_argument("--builds", default="runs/builds-boxes/cpu-ce")
     p.add_argument("--per-conversation", type=int, default=10)
     p.add_argument("--threads", type=int, default=0)
     p.add_argument("--sample", choices=["all", "locomo", "demo"], default="all")

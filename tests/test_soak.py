@@ -193,6 +193,14 @@ def test_a_minute_of_mixed_load_on_the_real_server_has_no_500_and_loses_nothing(
     res = S.soak(tmp_path / "mem", "cpu-fast", load, warm_s=20)
     assert S.verdicts(res) == [], res["statuses"]
     assert res["accepted"] > 20 and res["routes"]["search"]["requests"] > 10
+    assert res["held_mb"] is not None and res["growth_beyond_data_mb"] is not None  # a fresh reader was measured
+
+
+def test_growth_beyond_data_takes_out_what_the_messages_stored_after_warm_up_hold():
+    # 100 MB held for 1,000 messages, 100 of them stored by the end of warm-up: 90 MB of the growth is data
+    assert S.beyond_data({"growth_mb": 120.0}, 100.0, 100, 1000) == 30.0
+    assert S.beyond_data({"growth_mb": None}, 100.0, 100, 1000) is None
+    assert S.beyond_data({"growth_mb": 5.0}, None, 100, 1000) is None
 
 
 def test_an_answer_on_a_conversation_with_nothing_filed_yet_is_a_409_line_not_a_500(tmp_path, cfg):

@@ -278,6 +278,52 @@ def rss_growth(samples: list[tuple[float, float]], warm_s: float) -> dict[str, f
             "max_mb": max(r for _, r in samples)}
 
 
+# What a reader holds in memory for a memory's data: a process of its own opens the soaked memory and searches and
+# builds an answer's context in its first conversation (models, modules and first-use costs), then in every other
+# one (the indexes and per-conversation maps a server keeps); the growth of its resident memory over those, scaled
+# to all the messages from the share of them those conversations hold, is printed in MB.
+HELD_SCRIPT = r"""
+import sys
+from membox_local.config import load_config
+from membox_local.memory import Memory
+
+def rss():
+    for line in open("/proc/self/status"):
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+
+store, config, question = sys.argv[1:4]
+with Memory(store, load_config(config)) as mem:
+    convs = mem.store.conversations()
+    sizes = {c: len(mem.store.messages(c)) for c in convs}
+    base = None
+    for c in convs:
+        mem.search(question, conversation_id=c)
+        mem.context(question, c)
+        base = rss() if base is None else base
+    rest = sum(sizes.values()) - sizes[convs[0]]
+    print(round((rss() - base) * sum(sizes.values()) / rest, 1) if rest else 0.0)
+"""
+
+
+def held_mb(store: Path, config: str, env: dict[str, str] | None = None) -> float | None:
+    """Resident MB a fresh reader of `store` holds for its data (HELD_SCRIPT); None when that could not be read."""
+    done = subprocess.run([sys.executable, "-c", HELD_SCRIPT, str(store), config, QUESTIONS[0]], capture_output=True,
+                          text=True, env={**os.environ, **(env or {})}, timeout=1800)
+    try:
+        return float(done.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        return None
+
+
+def beyond_data(rss: dict, held_end: float | None, stored_at_warm: int, stored_end: int) -> float | None:
+    """The growth after warm-up less what the data added in that time held: the data's share is the fresh reader's
+    `held_end`, scaled by the messages stored after warm-up (memory held grows with the messages held)."""
+    if rss.get("growth_mb") is None or held_end is None or not stored_end:
+        return None
+    return round(rss["growth_mb"] - held_end * (stored_end - stored_at_warm) / stored_end, 1)
+
+
 TRACEBACK = re.compile(r"^Traceback \(most recent call last\)", re.M)
 
 
@@ -328,8 +374,9 @@ def verdicts(result: dict) -> list[str]:
 
 def soak(store: Path, config: str, load: Load, *, kind: str = "serve", data: Path | None = None,
          warm_s: float = 60.0, sample_s: float = 5.0, log: Path | None = None,
-         env: dict[str, str] | None = None) -> dict[str, Any]:
-    """Start the server on `store`, run the load, stop the server and report (see `report`)."""
+         env: dict[str, str] | None = None, measure_held: bool = True) -> dict[str, Any]:
+    """Start the server on `store`, run the load, stop the server and report (see `report`), with what a fresh
+    reader holds for the soaked memory's data (`held_mb`) and the server's growth after warm-up beyond it."""
     lines = texts(data)
     log = log or store.with_name(store.name + f"-{kind}.log")
     server = Server(store, config, kind, log, env)
@@ -339,6 +386,7 @@ def soak(store: Path, config: str, load: Load, *, kind: str = "serve", data: Pat
         server.wait_ready()
         sampler = threading.Thread(target=sample_rss, args=(server, stop, sample_s, samples), daemon=True)
         sampler.start()
+        started = time.monotonic()
         tally = Tally()
         (run_rest if kind == "serve" else run_mcp)(server.port, load, lines, tally)
     finally:
@@ -346,4 +394,8 @@ def soak(store: Path, config: str, load: Load, *, kind: str = "serve", data: Pat
         server.stop()
     ok = ("200", "202") if kind == "serve" else ("ok",)
     stored, filed = stored_counts(store)
-    return report(tally, stored, samples, log.read_text(errors="replace"), load, warm_s, ok) | {"messages_filed": filed}
+    result = report(tally, stored, samples, log.read_text(errors="replace"), load, warm_s, ok)
+    at_warm = sum(1 for route, st, t0, _ in tally.calls if route == "add" and st in ok and t0 < started + warm_s)
+    held = held_mb(store, config, env) if measure_held else None
+    return result | {"messages_filed": filed, "held_mb": held, "messages_stored_at_warm": at_warm,
+                     "growth_beyond_data_mb": beyond_data(result["rss"], held, at_warm, result["messages_stored"])}
