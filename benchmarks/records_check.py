@@ -109,7 +109,7 @@ def kept(box: Box, raw: dict, boxes: list[Box], cfg) -> tuple[str, list, dict]:
     """(topic, events, dropped) as the Loom stores them from the saved raw output."""
     instructions = extract_prompt([], "", cfg.extract.keywords == "model").system
     events, dropped = attribute(raw.get("events", []), box, box.messages, participants(box, boxes), instructions,
-                                cfg.extract.min_grounding)
+                                cfg.extract.min_grounding, cfg.extract.max_event_chars)
     kws = text_keywords(box.messages, cfg.extract.max_keywords, cfg.extract.max_keyword_chars)
     topic, why = checked_topic(raw.get("topic", ""), box, kws, instructions, participants(box, boxes))
     return topic, events, dict(dropped, **({why: 1} if why else {}))

@@ -135,13 +135,32 @@ def _names_in(text: str, participants: Sequence[str]) -> list[str]:
     return [p for _, p in sorted(found)]
 
 
+# a clause that opens with these has left its subject out ("Lost my job", "Been running", "Can't wait"): the
+# speaker's, with what the verb needs
+_SUBJECTLESS = {"been": "has been", "gonna": "is gonna", "gotta": "has to", "wanna": "wants to"}
+_MODALS = frozenset("can can't cannot will won't would could should might must".split())
+
+
+def with_subject(text: str, speaker: str) -> str:
+    """`text` with the speaker as its subject where it opens with a verb."""
+    first, _, rest = text.partition(" ")
+    low = first.lower()
+    name = display_name(speaker)
+    if low in _SUBJECTLESS:
+        return f"{name} {_SUBJECTLESS[low]} {rest}".rstrip()
+    if low in _VERB_START or low in _MODALS or (low in _NO_S and low not in ("read", "put", "cut", "set", "let")) \
+            or (low.endswith("ed") and low.isalpha() and len(low) > 4):
+        return f"{name} {low} {rest}".rstrip()
+    return text
+
+
 def fix_subject(text: str, line: Message, participants: Sequence[str], other: str | None) -> tuple[str, bool]:
     """The event with its person set from the cited line: (text, corrected). A text opening with a verb gets the
     speaker; one opening with another participant whom the line neither is by, names nor addresses ("you"), or who
     is named again after it, gets the speaker instead of that name."""
-    words = text.split(" ", 1)
-    if words[0].lower() in _VERB_START:
-        return f"{display_name(line.speaker)} {text}", False
+    subjected = with_subject(text, line.speaker)
+    if subjected != text:
+        return subjected, False
     lead = next((p for p in participants
                  if re.match(rf"{re.escape(display_name(p))}\b", text, flags=re.IGNORECASE)), None)
     if lead is None or lead == line.speaker:
@@ -217,9 +236,14 @@ def other_participant(speaker: str, participants: Sequence[str]) -> str | None:
 _SAYS = ("says|said|mentions|mentioned|adds|added|replies|replied|writes|wrote|shares|shared|explains|explained|"
          "tells us|notes|noted")
 _SENTENCE = re.compile(r"(?<=[.!?])\s+")
-_OPENERS = re.compile(r"^(?:(?:yes|yeah|yep|no|nope|well|oh|wow|ah|aw|hey|hi|haha|lol|ok|okay|sure|so|anyway|and|"
-                      r"but|also|guess what|by the way|btw|thanks|thank you|good news|big news)\b[,!.:]*\s+)+",
-                      re.IGNORECASE)
+# what opens a sentence and tells nothing: an interjection with its comma ("Yes,", "Guess what,", "Oh no."), or a
+# joining word ("And", "Also")
+_OPENERS = re.compile(r"^(?:(?:(?:yes|yeah|yep|no|nope|well|oh|wow|ah|aw|hey|hi|haha|lol|ok|okay|sure|anyway|"
+                      r"guess what|by the way|btw|thanks|thank you|good news|big news|oh no|no worries|sorry)"
+                      r"(?:,? [A-Z][\w'-]*)?[,!.:]+"  # with the name it is said to ("Hey Mel!", "Thanks, Caroline!")
+                      r"|(?:and|but|so|also|plus)\b,?)\s*)+", re.IGNORECASE)
+_ASIDE = re.compile(r"\s*\[[^\]]*\]?\s*$")  # "[shares a photo: ...]" after the words: not what was said
+_JUNK = "{}[]\"' ,"  # what a model's broken JSON leaves at the end of a string
 WHOLE = 0.75  # an event whose content words its line's sentences hold to this share is kept in the line's words
 
 
@@ -227,7 +251,8 @@ def unwrapped(text: str, participants: Sequence[str]) -> str:
     """The model's event without what narrates it: a speaker's "Tom:" or "Tom says, '...'" around the words."""
     names = "|".join(re.escape(display_name(p)) for p in participants) or "(?!)"
     text = re.sub(rf"^(?:{names})\s*:\s*", "", text, flags=re.IGNORECASE)
-    m = re.match(rf"^(?:{names}|he|she|they)\s+(?:{_SAYS})(?:\s+that)?\s*[,:]?\s*", text, flags=re.IGNORECASE)
+    m = re.match(rf"^(?:{names}|[A-Z][\w'-]*|he|she|they)\s+(?:{_SAYS})(?:\s+that)?\s*[,:]?\s*", text,
+                 flags=re.IGNORECASE)
     if m:
         text = text[m.end():]
     return text.strip().strip("'\"\u2018\u2019\u201c\u201d").strip()
@@ -246,9 +271,12 @@ def said_sentences(event: str, line: Message, participants: Sequence[str]) -> st
     names = "|".join(re.escape(first_name(display_name(p))) for p in participants) or "(?!)"
     picked = []
     for sentence in _SENTENCE.split(statements(line.text)):
-        sentence = re.sub(rf"^(?:{names}),\s*", "", _OPENERS.sub("", sentence).strip(), flags=re.IGNORECASE)
+        sentence = re.sub(rf"^(?:{names})[,!]\s*", "", _OPENERS.sub("", sentence).strip(), flags=re.IGNORECASE)
+        sentence = _ASIDE.sub("", sentence)
         own = content_words(sentence)
-        if own and (sum(w[:5] in words for w in own) / len(own) >= 0.5 or grounding(event, sentence) >= WHOLE):
+        if not tells_something(without_names(sentence, participants)):
+            continue
+        if sum(w[:5] in words for w in own) / len(own) >= 0.5 or grounding(event, sentence) >= WHOLE:
             picked.append((sentence[:1].upper() + sentence[1:], len(own)))
     if len(picked) > 1:
         picked = [p for p in picked if p[1] > 1] or picked
@@ -257,19 +285,40 @@ def said_sentences(event: str, line: Message, participants: Sequence[str]) -> st
 
 def source_line(rest: str, shown: Sequence[Message], n: int, min_grounding: float) -> tuple[int | None, float]:
     """(the line an event's words `rest` come from, their grounding): the cited line `n` where its statements hold
-    some of them and, with the line before it (which the line may answer), at least `min_grounding`; else the line
-    before when the cited one holds none of them (a model citing the reply to what it read); (None, 0) when
-    neither holds the event."""
-    for k in (n, n - 1):
-        if k < 1:
-            break
-        own = statements(shown[k - 1].text)
-        with_before = own + ("\n" + shown[k - 2].text if k > 1 else "")
-        if grounding(rest, own) > 0 and grounding(rest, with_before) >= min_grounding:
-            return k, grounding(rest, with_before)
-        if grounding(rest, own) > 0:
-            break
-    return None, 0.0
+    at least `min_grounding` of them, or some of them and with the line before it (which the line may answer) at
+    least that much; the line before instead when its own statements hold more of them than the cited line's and
+    enough (a model citing the reply to what it read: "Now Mel is passionate about ..." from Caroline's line, cited
+    at Mel's answer); (None, 0) when neither holds the event."""
+    own = grounding(rest, statements(shown[n - 1].text))
+    before = shown[n - 2].text if n > 1 else ""
+    if own >= min_grounding:
+        return n, own
+    said_before = grounding(rest, statements(before)) if before else 0.0
+    if said_before > own and said_before >= min_grounding:
+        return n - 1, said_before
+    both = grounding(rest, statements(shown[n - 1].text) + "\n" + before)
+    return (n, both) if own > 0 and both >= min_grounding else (None, 0.0)
+
+
+def cut_whole(text: str, max_chars: int) -> str:
+    """The model's string without what its JSON left behind ("}, {") or an aside at the end ("[shares a photo: ..."),
+    and, when the schema's maxLength cut it (`max_chars`; 0: unknown), cut back to its last whole sentence, or its
+    last whole word."""
+    text = " ".join(text.split())
+    at_cap = bool(max_chars) and len(text) >= max_chars - 1
+    text = _ASIDE.sub("", text.rstrip(_JUNK)).rstrip(_JUNK)
+    if at_cap:
+        ends = [m.end() for m in re.finditer(r"[.!?](?=\s|$)", text)]
+        text = text[:ends[-1]] if ends else text.rsplit(" ", 1)[0]
+    return text
+
+
+def _joint_without_we(text: str, line: Message, participants: Sequence[str]) -> bool:
+    """"Ana and Ben talk about their families": a claim about both participants from a line that says nothing of
+    the two together (no "we", "us", "our", "both", "together"): a small model's summary, true of one at most."""
+    names = "|".join(re.escape(display_name(p)) for p in participants) or "(?!)"
+    joint = re.match(rf"^(?:{names}) and (?:{names})\b", text, re.IGNORECASE)
+    return bool(joint) and not re.search(r"\b(?:we|us|our|ours|both|together)\b", statements(line.text), re.I)
 
 
 def _self_reference(text: str, participants: Sequence[str]) -> bool:
@@ -279,7 +328,7 @@ def _self_reference(text: str, participants: Sequence[str]) -> bool:
 
 
 def cited_event(item: Mapping[str, Any], box: Box, shown: Sequence[Message], participants: Sequence[str],
-                instructions: str, min_grounding: float) -> tuple[Event | None, str]:
+                instructions: str, min_grounding: float, max_chars: int = 0) -> tuple[Event | None, str]:
     """One of the model's events ({"line": n, "event": text}, n counting the lines `shown` from 1) as the memory
     keeps it, with the reason it is dropped or corrected ("" when neither). Where the cited line's own sentences
     hold the event's words (WHOLE), the event is those sentences with their persons resolved: the data's words,
@@ -288,7 +337,7 @@ def cited_event(item: Mapping[str, Any], box: Box, shown: Sequence[Message], par
     n = item.get("line")
     if not isinstance(n, int) or not 1 <= n <= len(shown):  # the schema's enum forbids it; a backend may not
         return None, "no line"
-    raw = statements(unwrapped(" ".join(str(item.get("event", "")).split()), participants))
+    raw = statements(unwrapped(cut_whole(str(item.get("event", "")), max_chars), participants))
     if not raw or is_question(raw, participants):
         return None, "question"
     if echoes_prompt(raw, instructions, box.text()):
@@ -304,10 +353,14 @@ def cited_event(item: Mapping[str, Any], box: Box, shown: Sequence[Message], par
     said = said_sentences(rest, line, participants)
     corrected = False
     if said and grounding(rest, said) >= WHOLE:
-        text = resolve_person(said.rstrip(" ."), line.speaker, other)
+        text = with_subject(resolve_person(said.rstrip(" ."), line.speaker, other), line.speaker)
     else:
-        text, corrected = fix_subject(resolve_person(raw.rstrip(" ."), line.speaker, other), line, participants,
-                                      other)
+        text = resolve_person(raw.rstrip(" ."), line.speaker, other)
+        if re.match(r"(?:he|she) ", text, re.IGNORECASE) and not re.search(r"\b(?:he|she)\b", line.text, re.I):
+            text = display_name(line.speaker) + text[text.find(" "):]  # the model's "she" for the line's speaker
+        if _joint_without_we(text, line, participants):
+            return None, "joint claim"
+        text, corrected = fix_subject(text, line, participants, other)
         if _self_reference(text, participants):
             return None, "self-reference"
     event = Event(0, box.id, box.conversation_id, with_times(text, line), line.session_date or box.session_date,
@@ -316,13 +369,13 @@ def cited_event(item: Mapping[str, Any], box: Box, shown: Sequence[Message], par
 
 
 def attribute(items: Sequence[Mapping[str, Any]], box: Box, shown: Sequence[Message], participants: Sequence[str],
-              instructions: str, min_grounding: float) -> tuple[list[Event], dict[str, int]]:
+              instructions: str, min_grounding: float, max_chars: int = 0) -> tuple[list[Event], dict[str, int]]:
     """The events kept from the model's `items`, and what was dropped or corrected (reason -> count)."""
     kept: list[Event] = []
     seen: set[str] = set()
     counts: Counter = Counter()
     for item in items:
-        event, why = cited_event(item, box, shown, participants, instructions, min_grounding)
+        event, why = cited_event(item, box, shown, participants, instructions, min_grounding, max_chars)
         if event is not None and event.text.lower() in seen:
             event, why = None, "repeated"
         if why:

@@ -226,7 +226,7 @@ class Loom:
         instructions = extract_prompt([], "", ec.keywords == "model").system
         participants = self.store.speakers(box.conversation_id, max(m.seq for m in box.messages))
         events, box.dropped = attribute(data.get("events", []), box, seen[-1], participants, instructions,
-                                        ec.min_grounding)
+                                        ec.min_grounding, ec.max_event_chars)
         box.keywords = (_dedupe(data.get("keywords", [])) if ec.keywords == "model"
                         else text_keywords(box.messages, ec.max_keywords, ec.max_keyword_chars))
         box.topic, why = checked_topic(data.get("topic", ""), box, box.keywords, instructions, participants)

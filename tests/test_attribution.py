@@ -128,3 +128,31 @@ def test_a_topic_of_the_instructions_or_of_things_the_box_never_says_gives_way_t
         "bakery, sourdough, baguettes", "topic prompt text")
     assert checked_topic("Lisbon, Spain", b, kws, EXTRACT_SYSTEM) == ("bakery, sourdough, baguettes",
                                                                        "topic not in box")
+
+
+def test_a_clause_without_its_subject_gets_the_speaker():
+    from membox_local.attribution import with_subject
+    assert with_subject("Lost my job as a banker", "Jon") == "Jon lost my job as a banker"
+    assert with_subject("Been running longer", "Mel") == "Mel has been running longer"
+    assert with_subject("Can't wait to see it", "Ana") == "Ana can't wait to see it"
+    assert with_subject("Paris is lovely in June", "Jon") == "Paris is lovely in June"
+
+
+def test_a_string_cut_by_the_schema_or_left_with_json_is_cut_back_to_whole_words():
+    from membox_local.attribution import cut_whole
+    assert cut_whole("I made a bowl. It was a great experience and I lov", 50) == "I made a bowl."
+    assert cut_whole("I made a bowl in pottery class yesterday and I lov", 50) == "I made a bowl in pottery class yesterday and I"
+    assert cut_whole("I made a bowl}, {", 0) == "I made a bowl"
+    assert cut_whole("I made a bowl [shares a photo: a bowl", 0) == "I made a bowl"
+
+
+def test_an_event_cited_at_the_reply_to_the_line_that_says_it_is_moved_to_that_line():
+    # Maya's event cited at Tom's next line (line 4 says nothing of her run): its source is line 3, its person Maya
+    events, dropped = run([{"line": 4, "event": "I ran 10 km yesterday, my longest run this year"}])
+    assert [e.sources for e in events] == [["D1:3"]] and events[0].text.startswith("Maya ran 10 km")
+    assert dropped == {"line corrected": 1}
+
+
+def test_a_claim_about_both_people_needs_a_line_about_both():
+    events, dropped = run([{"line": 2, "event": "Tom and Maya work at the bakery at 5 am making sourdough bread"}])
+    assert events == [] and dropped == {"joint claim": 1}
