@@ -300,6 +300,18 @@ def source_line(rest: str, shown: Sequence[Message], n: int, min_grounding: floa
     return (n, both) if own > 0 and both >= min_grounding else (None, 0.0)
 
 
+def _own_pronoun(text: str, speaker: str) -> str:
+    """A sentence of the model's that opens with "He"/"She" ("He's", "She'd") for the speaker of a line that speaks
+    of no "he" or "she": the speaker by name."""
+    m = re.match(r"(?:he|she)(?:'(s|d|ll))?\s+(\S+)", text, re.IGNORECASE)
+    if m is None:
+        return text
+    verb = {"d": "would ", "ll": "will "}.get((m.group(1) or "").lower(), "")
+    if (m.group(1) or "").lower() == "s":
+        verb = "has " if m.group(2).lower() in ("been", "got", "had") else "is "
+    return f"{display_name(speaker)} {verb}{text[m.start(2):]}"
+
+
 def cut_whole(text: str, max_chars: int) -> str:
     """The model's string without what its JSON left behind ("}, {") or an aside at the end ("[shares a photo: ..."),
     and, when the schema's maxLength cut it (`max_chars`; 0: unknown), cut back to its last whole sentence, or its
@@ -356,8 +368,8 @@ def cited_event(item: Mapping[str, Any], box: Box, shown: Sequence[Message], par
         text = with_subject(resolve_person(said.rstrip(" ."), line.speaker, other), line.speaker)
     else:
         text = resolve_person(raw.rstrip(" ."), line.speaker, other)
-        if re.match(r"(?:he|she) ", text, re.IGNORECASE) and not re.search(r"\b(?:he|she)\b", line.text, re.I):
-            text = display_name(line.speaker) + text[text.find(" "):]  # the model's "she" for the line's speaker
+        if not re.search(r"\b(?:he|she)\b", line.text, re.IGNORECASE):  # the model's "she" for the line's speaker
+            text = _own_pronoun(text, line.speaker)
         if _joint_without_we(text, line, participants):
             return None, "joint claim"
         text, corrected = fix_subject(text, line, participants, other)
