@@ -124,6 +124,9 @@ class AnswerIn(Strict):
     k: K | None = None
     budget_tokens: Annotated[int, Field(ge=50, le=MAX_BUDGET_TOKENS)] | None = None
     today: Today | None = None
+    stream: bool = Field(False, description="answer in Server-Sent Events: `text` events with the answer's pieces "
+                                             "as the model writes them, then one `answer` event (the JSON answered "
+                                             "without stream) or one `error` event")
 
 
 class ResetIn(Strict):

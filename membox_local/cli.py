@@ -252,34 +252,9 @@ def _ask(mem, args) -> None:
         raise InputError(f"--mode {args.mode} reads a memory system {args.store} does not build (it builds "
                          f"{', '.join(mem.config.memory.systems)}); its modes: {', '.join(mem.modes())}")
     _require_conversation(mem.store, args.conversation)
-    for q in args.question:
-        ans = _answer_showing_the_wait(mem, args, q)
-        if args.json:
-            print(json.dumps({"question": q, "answer": ans.text, "boxes": ans.context.box_ids,
-                              "context_tokens": ans.context.tokens}))
-            continue
-        print(f"Q: {visible(q)}\nA: {visible(ans.text)}")
-        print(f"   from boxes {ans.context.box_ids} ({ans.context.tokens} context tokens)")
-        if args.verbose:
-            print("\n".join("   " + visible(line) for line in ans.context.text.split("\n")))
-        print()
+    from .asking import print_answers
 
-
-def _answer_showing_the_wait(mem, args, question: str):
-    """Memory.answer's steps, each said on stderr while it runs when that is a terminal (execution.progress.Waiting):
-    loading the answering model (the first question), searching, reading the context's tokens."""
-    from .execution.progress import Waiting
-
-    today = args.today or ""
-    asked = mem.asked(question, today)  # `today` checked before any work
-    with Waiting(quiet=getattr(args, "quiet", False)) as wait:  # `membox demo` asks without the option
-        model = mem.config.answer_llm().model
-        wait.say(f"loading {model}")
-        mem.answer_backend
-        wait.say(f"searching {mem.path}")
-        ctx = mem.context(question, args.conversation, mode=args.mode, k=args.k, budget_tokens=args.budget)
-        wait.say(f"reading {ctx.tokens} tokens with {model}")
-        return mem.answer_from(asked, ctx, args.conversation, today=today)
+    print_answers(mem, args)
 
 
 def cmd_show(args) -> int:

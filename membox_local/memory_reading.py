@@ -3,7 +3,7 @@ and `answer` (the answering model over it), each inside the conversations a call
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 from .backends.base import Backend, JsonRequest, StructuredOutputError, TextRequest
 from .dates import parse_session_date, resolve_relative
@@ -44,6 +44,25 @@ def check_today(today: str) -> None:
     """`today` is empty or a date: else an InputError."""
     if today and parse_session_date(today) is None:
         raise InputError(f"today: not a date: {today!r} (e.g. '2023-03-16' or '14:24 on 16 March, 2023')")
+
+
+class Stripped:
+    """Pieces of a text handed on as they come, but as the stripped text: white space before the first visible
+    character dropped, white space held back until something follows it (so the end's is never handed on). The
+    pieces handed on join to `text.strip()`."""
+
+    def __init__(self, on_text: Callable[[str], None]):
+        self.on_text, self.held, self.started = on_text, "", False
+
+    def __call__(self, piece: str) -> None:
+        if not self.started:
+            piece = piece.lstrip()
+            self.started = bool(piece)
+        body = piece.rstrip()
+        if body:
+            self.on_text(self.held + body)
+            self.held = ""
+        self.held += piece[len(body):]
 
 
 class Reading:
@@ -111,13 +130,15 @@ class Reading:
         budget_tokens = rc.budget_tokens if budget_tokens is None else budget_tokens
         return retriever.retrieve(question, self._default_conversation(conversation_id, "retrieve"), k, budget_tokens)
 
-    def answer(self, question: str, conversation_id: str | None = None, today: str = "", **kw) -> Answer:
+    def answer(self, question: str, conversation_id: str | None = None, today: str = "",
+               on_text: Callable[[str], None] | None = None, **kw) -> Answer:
         """The answering model over the question's context (`kw`: mode, k, budget_tokens). `today`: when the
         question is asked ("14:24 on 16 March, 2023", "2023-03-16"): the model is told the date, each excerpt's
-        date line says how long before it was, and "two weeks ago" in the question is resolved against it."""
+        date line says how long before it was, and "two weeks ago" in the question is resolved against it.
+        `on_text`: the answer's text as the model writes it (answer_from)."""
         check_today(today)
         ctx = self.context(question, conversation_id, **kw)
-        return self.answer_from(self.asked(question, today), ctx, conversation_id, today=today)
+        return self.answer_from(self.asked(question, today), ctx, conversation_id, today=today, on_text=on_text)
 
     def asked(self, question: str, today: str = "") -> str:
         """The question as the answering model reads it: "two weeks ago" resolved against `today` when given (and
@@ -126,10 +147,14 @@ class Reading:
         return resolve_relative(question, today) if today and self.config.retrieve.resolve_dates else question
 
     def answer_from(self, question: str, ctx: Context, conversation_id: str | None = None,
-                    backend: Backend | None = None, today: str = "") -> Answer:
+                    backend: Backend | None = None, today: str = "",
+                    on_text: Callable[[str], None] | None = None) -> Answer:
         """Answer from a context already retrieved (evaluations reuse one retriever across questions, and may
         pass another answering backend); `today`: when the question is asked, said to the model. With `[answer]
-        check_terms` a question naming something the context never mentions is answered "not mentioned" here."""
+        check_terms` a question naming something the context never mentions is answered "not mentioned" here.
+        `on_text`: called with the answer as the model writes it, only where the model's text is the answer (the
+        plain answer call, not "not mentioned" decided here nor a total added up from a list): the pieces it gets
+        join to Answer.text exactly; when it got none, the answer is printed whole (`membox ask`)."""
         if self.config.answer.check_terms and not asks_for_advice(question):  # a request may name what is new
             missing = unmentioned(question, ctx.text)
             if missing:
@@ -140,7 +165,8 @@ class Reading:
             if listed is not None:
                 return Answer(total_reply(listed, question), ctx, question, parts=tuple(parts(listed)))
         res = backend.text([TextRequest(answer_prompt(ctx.text, question, today), "answer",
-                                        self.config.answer.max_tokens)])[0]
+                                        self.config.answer.max_tokens,
+                                        on_text=Stripped(on_text) if on_text is not None else None)])[0]
         if isinstance(res, BaseException):
             raise res
         self.store.record_usage(conversation_id or "", "answer", res.usage.prompt_tokens,

@@ -148,10 +148,18 @@ def add_memory_routes(app, service: "Service") -> None:
             raise InputError('reset erases every conversation of this memory; send {"confirm": true} to do it')
         return service.reset()
 
-    @app.post("/answer", summary="answer a question from the memory")
-    def answer(body: m.AnswerIn) -> dict:
-        return service.answer(body.question, body.conversation_id, mode=body.mode, k=body.k,
-                              budget_tokens=body.budget_tokens, today=body.today or "")
+    @app.post("/answer", summary="answer a question from the memory (\"stream\": true: as Server-Sent Events)")
+    def answer(body: m.AnswerIn) -> dict:  # with stream, a StreamingResponse (FastAPI sends a Response as it is)
+        args = (body.question, body.conversation_id)
+        options = dict(mode=body.mode, k=body.k, budget_tokens=body.budget_tokens, today=body.today or "")
+        if not body.stream:
+            return service.answer(*args, **options)
+        from fastapi.responses import StreamingResponse
+
+        # checks and retrieval happen here: their errors are answered with their status, as without stream
+        events = service.answer_stream(*args, **options)
+        return StreamingResponse(server_sent(events, service.writer.path), media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-cache"})
 
 
 def add_conversation_routes(app, service: "Service") -> None:
@@ -186,6 +194,21 @@ def add_conversation_routes(app, service: "Service") -> None:
     @app.delete("/conversations/{conversation_id}", summary="erase a conversation and all derived from it")
     def delete_all(conversation_id: str = cid) -> dict:
         return service.delete_all(conversation_id)
+
+
+def server_sent(events, folder: Path):
+    """(name, data) events as Server-Sent Events, each data one JSON line; an error raised while they flow (the
+    model failed) is the last event, `error`, its line as the error handlers write it (no path of this machine)."""
+    import json
+
+    def one(name: str, data: dict) -> str:
+        return f"event: {name}\ndata: {json.dumps(data)}\n\n"
+
+    try:
+        for name, data in events:
+            yield one(name, data)
+    except Exception as exc:  # noqa: BLE001 - the status line is sent already: the error is an event
+        yield one("error", {"error": one_line(hide_paths(str(exc), folder))})
 
 
 def validation_line(errors: list[dict]) -> str:

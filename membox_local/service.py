@@ -23,10 +23,11 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import queue
 import sys
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any, Iterator
 
@@ -282,6 +283,10 @@ class Service:
     # ---- reading (the reader Memory; no write lock) ---------------------------------------------------------------
     def _on(self, kind: str, fn, *args, **kw):
         """Run `fn` on the `kind` thread ("intake", "search" or "answer") and wait for its result (or its error)."""
+        return self._submit(kind, fn, *args, **kw).result()
+
+    def _submit(self, kind: str, fn, *args, **kw) -> Future:
+        """Queue `fn` on the `kind` thread; its future."""
         def job():
             with self._waiting_lock:
                 self.waiting[kind] -= 1
@@ -295,7 +300,7 @@ class Service:
             with self._waiting_lock:
                 self.waiting[kind] -= 1
             raise StoreBusy("the server is stopping; nothing was done") from None
-        return future.result()
+        return future
 
     def search(self, query: str, conversation_id: str | None = None, k: int | None = None, **filters) -> list[dict]:
         hits = self._on("search", self.reader.search, query, k, conversation_id, **filters)
@@ -304,14 +309,44 @@ class Service:
     def answer(self, question: str, conversation_id: str | None = None, mode: str | None = None,
                today: str = "", **options) -> dict:
         """Retrieve on the search thread, then answer on the answering model's thread (which no search waits for)."""
+        ctx = self._retrieved(question, conversation_id, mode, today, options)
+        ans = self._on("answer", self.reader.answer_from, self.reader.asked(question, today), ctx, conversation_id,
+                       today=today)
+        return self._answered(question, ans)
+
+    def answer_stream(self, question: str, conversation_id: str | None = None, mode: str | None = None,
+                      today: str = "", **options) -> Iterator[tuple[str, dict]]:
+        """As `answer`, the answer's text handed over as the model writes it: the question checked and its context
+        retrieved now (an error is raised here, before anything is sent), then an iterator of ("text", {"text":
+        piece}) events while the answering thread generates, and last ("answer", what `answer` returns). The pieces
+        join to the answer's text; an answer decided without the model's text ("not mentioned", a total) comes as
+        its last event only. An error of the model is raised by the iterator. The answering thread runs the call to
+        its end even when the client leaves (llama.cpp cannot be interrupted between our calls)."""
+        ctx = self._retrieved(question, conversation_id, mode, today, options)
+        pieces: queue.Queue = queue.Queue()
+        future = self._submit("answer", self.reader.answer_from, self.reader.asked(question, today), ctx,
+                              conversation_id, today=today, on_text=pieces.put)
+        future.add_done_callback(lambda _: pieces.put(None))  # after every piece: they are put while it runs
+
+        def events() -> Iterator[tuple[str, dict]]:
+            while (piece := pieces.get()) is not None:
+                yield "text", {"text": piece}
+            yield "answer", self._answered(question, future.result())
+
+        return events()
+
+    def _retrieved(self, question: str, conversation_id: str | None, mode: str | None, today: str,
+                   options: dict) -> Any:
+        """The question's context, retrieved on the search thread, after the checks an answer needs."""
         if mode is not None and mode not in self.reader.modes():
             raise InputError(f"answer: no retrieval mode {mode!r} here; this memory serves "
                              f"{', '.join(self.reader.modes())}")
         check_today(today)
         self._filed_yet(conversation_id)
-        ctx = self._on("search", self.reader.context, question, conversation_id, mode=mode, **options)
-        ans = self._on("answer", self.reader.answer_from, self.reader.asked(question, today), ctx, conversation_id,
-                       today=today)
+        return self._on("search", self.reader.context, question, conversation_id, mode=mode, **options)
+
+    @staticmethod
+    def _answered(question: str, ans) -> dict:
         ctx = ans.context
         # parts: what a total was added up from (tally.py); unmentioned: what the question names that no excerpt
         # mentions, when `[answer] check_terms` answered "not mentioned" (grounding.py)

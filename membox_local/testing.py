@@ -57,6 +57,9 @@ class FakeBackend(Backend):
         self.fail_extract = 0
         self.batches: list[int] = []
         self.responder = None  # optional callable(request) -> dict for JSON stages
+        # text requests with on_text get their answer word by word, with the white space a model writes around it
+        # (False: never called, as a backend that cannot stream; Backend.text then hands over the whole text)
+        self.streams = True
 
     def _usage(self, req, out: str) -> Usage:
         return Usage(req.stage, len(req.prompt.user.split()) + len(req.prompt.system.split()), len(out.split()) or 1)
@@ -174,6 +177,9 @@ class FakeBackend(Backend):
             best = max(_lines(memory) or ["none: not mentioned"],
                        key=lambda l: len(qwords & set(WORD.findall(l.lower()))))
             ans = best.split(": ", 1)[1]
+            if r.on_text is not None and self.streams:
+                for piece in [" "] + [w if i == 0 else " " + w for i, w in enumerate(ans.split(" "))] + ["\n"]:
+                    r.on_text(piece)
             out.append(TextResult(ans, self._usage(r, ans)))
         return out
 

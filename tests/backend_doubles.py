@@ -43,10 +43,13 @@ def smollm_cfg(**kw) -> LLMConfig:
 
 # ---- a fake OpenAI-compatible HTTP server ------------------------------------------------------------
 class FakeOpenAIServer:
-    """Honours response_format (json_schema), logprobs and usage; `script` queues HTTP error codes."""
+    """Honours response_format (json_schema), logprobs and usage; `script` queues HTTP error codes. With "stream",
+    answers in Server-Sent Events, one chunk per word, usage in a last chunk when stream_options.include_usage asks
+    for it and `stream_usage` (False: a server that ignores stream_options)."""
 
     def __init__(self, delay_s: float = 0.0):
         self.requests: list[dict] = []
+        self.stream_usage = True
         self.script: list[int] = []
         self.delay_s = delay_s
         self.in_flight = self.max_in_flight = 0
@@ -69,7 +72,18 @@ class FakeOpenAIServer:
                     outer.in_flight -= 1
                 if status != 200:
                     return self._send(status, {"error": {"message": f"scripted {status}", "type": "test"}})
+                if body.get("stream"):
+                    return self._send_events(outer.chunks(body))
                 self._send(200, outer.answer(body))
+
+            def _send_events(self, chunks):
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.end_headers()
+                for chunk in chunks:
+                    self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+                    self.wfile.flush()
+                self.wfile.write(b"data: [DONE]\n\n")
 
             def _send(self, status, obj):
                 data = json.dumps(obj).encode()
@@ -106,6 +120,19 @@ class FakeOpenAIServer:
                              "message": {"role": "assistant", "content": content}}],
                 "usage": {"prompt_tokens": len(text.split()), "completion_tokens": len(content.split()),
                           "total_tokens": 0}}
+
+    def chunks(self, body: dict) -> list[dict]:
+        """The streamed form of `answer`: the content one word at a time (a space before every word but the
+        first), then the finish reason, then the usage when asked and given."""
+        whole = self.answer(body)
+        words = whole["choices"][0]["message"]["content"].split(" ")
+        head = {"id": "x", "object": "chat.completion.chunk", "created": 0, "model": body["model"]}
+        out = [{**head, "choices": [{"index": 0, "delta": {"role": "assistant", "content": w if i == 0 else " " + w},
+                                     "finish_reason": None}]} for i, w in enumerate(words)]
+        out.append({**head, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
+        if self.stream_usage and (body.get("stream_options") or {}).get("include_usage"):
+            out.append({**head, "choices": [], "usage": whole["usage"]})
+        return out
 
     def close(self):
         self.httpd.shutdown()

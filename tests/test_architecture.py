@@ -31,7 +31,7 @@ LAYERS: list[tuple[str, set[str]]] = [
                     "systems.eventweave_tables", "systems.eventweave_graph", "systems.eventweave"}),
     ("memory's parts", {"memory_settings", "memory_filing", "memory_erasure", "memory_verbs", "memory_reading"}),
     ("memory", {"memory", "exchange"}),
-    ("applications", {"__init__", "execution.ray_engine", "show", "view", "view_style", "compare", "cli", "evaluation",
+    ("applications", {"__init__", "execution.ray_engine", "asking", "show", "view", "view_style", "compare", "cli", "evaluation",
                       "graph_cli", "api_models", "service", "server", "server_guard", "mcp_server",
                       "evaluation.scorers", "evaluation.segmentation", "evaluation.locomo", "evaluation.locomo_report", "evaluation.longmemeval", "evaluation.results",
                       "evaluation.integrity", "evaluation.crash", "evaluation.soak", "evaluation.backtracking", "evaluation.next_turn", "evaluation.bounded",

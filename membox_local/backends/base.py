@@ -5,17 +5,21 @@ matches a bounded schema, or write free text. Every answer carries its token usa
 Backends subclass `Backend` and implement the three `*_batch` methods; everything else is shared. JSON output
 is checked again here (`parse_json_output`, with jsonschema), whatever the engine constrained: every bound of the
 schema, and no keys it does not name.
+A text request may carry `on_text`, a callback that receives the text as the model writes it (pieces that join to
+the text before its final strip); backends that generate token by token (llama.cpp, OpenAI-compatible servers) call
+it as they go, the others (vLLM's offline batch, transformers) once with the whole text at the end (`Backend.text`).
 A fourth kind, `ScoreRequest` (the log-likelihood of a given text), serves likelihood-based judges; backends
 that can read prompt log-probabilities implement `score_batch`, the others refuse it with a BackendError.
 """
 from __future__ import annotations
 
 import copy
+import dataclasses
 import functools
 import json
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Sequence, Union
+from typing import TYPE_CHECKING, Any, Callable, Sequence, Union
 
 if TYPE_CHECKING:
     import numpy as np
@@ -54,6 +58,9 @@ class TextRequest:
     prompt: Prompt
     stage: str
     max_tokens: int = 64
+    # called with each piece of the text as the model writes it (on the thread that runs the model); the pieces join
+    # to the text before the result's strip. Usage and the result are the same with it or without it.
+    on_text: Callable[[str], None] | None = field(default=None, compare=False, hash=False, repr=False)
 
 
 @dataclass(frozen=True)
@@ -307,6 +314,17 @@ def parse_json_output(raw: str, schema: dict[str, Any]) -> dict[str, Any]:
     return data
 
 
+class _Told:
+    """A request's `on_text`, noting whether the backend called it."""
+
+    def __init__(self, on_text: Callable[[str], None]):
+        self.on_text, self.called = on_text, False
+
+    def __call__(self, piece: str) -> None:
+        self.called = True
+        self.on_text(piece)
+
+
 class Backend(ABC):
     """Base class: subclasses answer batches; `run` dispatches a mixed batch in order."""
 
@@ -324,7 +342,14 @@ class Backend(ABC):
         return self.json_batch(list(requests))
 
     def text(self, requests: Sequence[TextRequest]) -> list[TextResult]:
-        return self.text_batch(list(requests))
+        """Answer text requests. A request's `on_text` that the backend never called (it cannot stream: vLLM's
+        offline batch, transformers; or the model wrote nothing) gets the whole text once, at the end."""
+        told = [_Told(r.on_text) if r.on_text is not None else None for r in requests]
+        results = self.text_batch([dataclasses.replace(r, on_text=t) if t else r for r, t in zip(requests, told)])
+        for t, res in zip(told, results):
+            if t is not None and not t.called and isinstance(res, TextResult) and res.text:
+                t(res.text)
+        return results
 
     def score(self, requests: Sequence[ScoreRequest]) -> list[ScoreResult]:
         for r in requests:

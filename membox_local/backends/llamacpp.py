@@ -5,7 +5,7 @@
 - JSON: greedy generation under llama.cpp's own JSON-schema grammar (faster here than outlines over llama.cpp,
   which also drops the KV cache between calls), the grammar asked about the model's best token first and applied
   to the whole vocabulary only when it refuses that token (`grammar_greedy`; [llm] grammar_check_first);
-- text: greedy generation.
+- text: greedy generation; with a request's `on_text`, each piece handed over as it is decoded (`_stream`).
 Consecutive prompts share their fixed instructions, and llama.cpp reuses the KV cache for that prefix.
 
 `LlamaCppAdapter` turns our requests into llama.cpp arguments and is tested without the engine;
@@ -281,6 +281,43 @@ class LlamaCppBackend(Backend):
         usage = Usage("", u["prompt_tokens"], u["completion_tokens"], cached)
         return choice["text"], usage, choice.get("finish_reason") or ""
 
+    def _stream(self, prompt: Prompt, max_tokens: int, on_text: Callable[[str], None], llm) -> tuple[str, Usage]:
+        """Text generation that hands each piece to `on_text` as it is decoded. The generation is create_completion's
+        (llm.generate with its sampler settings and seed, the KV cache of the prompt prefix kept, a stop at an
+        end-of-generation token or after max_tokens), and so is the usage: the prompt's tokens, the tokens generated
+        without the end one. Its stream mode is not used: it decodes each token alone (a character split over two
+        tokens is lost) and reports no usage. Here the bytes go through an incremental UTF-8 decoder, so the pieces
+        join to what create_completion's text would be, and the text returned is that join."""
+        import codecs
+        import random
+
+        import llama_cpp
+
+        tokens = self.prompt_tokens(prompt)
+        if len(tokens) >= llm.n_ctx():
+            raise ValueError(f"Requested tokens ({len(tokens)}) exceed context window of {llm.n_ctx()}")
+        kw = self.adapter.completion_kwargs(max_tokens)
+        limit = min(max_tokens, llm.n_ctx() - len(tokens))
+        cached = cached_prefix(llm._input_ids, tokens)  # what generate keeps of its KV cache
+        llm.set_seed(kw["seed"] if kw["seed"] is not None else random.Random(llm._seed).randint(0, 2**32))
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="ignore")
+        pieces: list[str] = []
+        n = 0
+        for token in llm.generate(tokens, top_k=kw["top_k"], temp=kw["temperature"],
+                                  repeat_penalty=kw["repeat_penalty"]):
+            if llama_cpp.llama_vocab_is_eog(llm._model.vocab, token):
+                break
+            n += 1
+            pieces.append(decoder.decode(llm.detokenize([token])))
+            if pieces[-1]:
+                on_text(pieces[-1])
+            if n >= limit:
+                break
+        pieces.append(decoder.decode(b"", final=True))
+        if pieces[-1]:
+            on_text(pieces[-1])
+        return "".join(pieces), Usage("", len(tokens), n, cached)
+
     def _json_complete(self, prompt: Prompt, max_tokens: int, key: str, schema: dict,
                        stage: str) -> tuple[str, Usage, str]:
         """One JSON generation under the schema's grammar: grammar-first checking (our loop) or llama-cpp-python's
@@ -411,7 +448,10 @@ class LlamaCppBackend(Backend):
     def text_batch(self, requests: list[TextRequest]) -> list[TextResult]:
         results = []
         for req in requests:
-            text, usage, _ = self._complete(req.prompt, req.max_tokens, llm=self._context(req.stage))
+            if req.on_text is not None:
+                text, usage = self._stream(req.prompt, req.max_tokens, req.on_text, self._context(req.stage))
+            else:
+                text, usage, _ = self._complete(req.prompt, req.max_tokens, llm=self._context(req.stage))
             results.append(TextResult(text.strip(), dataclasses.replace(usage, stage=req.stage)))
         return results
 

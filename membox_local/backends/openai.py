@@ -123,7 +123,32 @@ class OpenAIAdapter:
         return body
 
     def text_body(self, req: TextRequest) -> dict[str, Any]:
-        return self._body(req.prompt, req.max_tokens)
+        body = self._body(req.prompt, req.max_tokens)
+        if req.on_text is not None:  # Server-Sent Events; usage in a last chunk where the server honours stream_options
+            body["stream"] = True
+            body["stream_options"] = {"include_usage": True}
+        return body
+
+    def read_stream(self, chunks, req: TextRequest, count_tokens: Callable[[str], int]) -> tuple[str, Usage]:
+        """The text of a streamed answer, each piece handed to `req.on_text` as it arrives, and its usage: the
+        server's (the chunk that carries it, asked for with stream_options.include_usage). A server that sends none
+        (one that ignores stream_options) still gets its call recorded: the tokens are then counted here, as
+        `count_tokens` counts them (the backend's estimate), and cached_tokens left unknown (None)."""
+        pieces: list[str] = []
+        usage = None
+        for chunk in chunks:
+            if getattr(chunk, "usage", None) is not None:
+                usage = self.usage(chunk, req.stage)
+            for choice in chunk.choices or ():
+                piece = getattr(choice.delta, "content", None) if choice.delta is not None else None
+                if piece:
+                    pieces.append(piece)
+                    req.on_text(piece)
+        text = "".join(pieces)
+        if usage is None:
+            usage = Usage(req.stage, count_tokens(req.prompt.system + "\n" + req.prompt.user),
+                          count_tokens(text) if text else 0)
+        return text, usage
 
     # ---- reading responses --------------------------------------------------------------------
     @staticmethod
@@ -306,10 +331,32 @@ class OpenAIBackend(Backend):
     def text_batch(self, requests: list[TextRequest]) -> list[TextResult]:
         def one(req: TextRequest) -> TextResult:
             resp = self._create(self.adapter.text_body(req), req.stage)
+            if req.on_text is not None:
+                text, usage = self._read_stream(resp, req)
+                return TextResult(text.strip(), usage)
             text, _ = self.adapter.content(resp)
             return TextResult(text.strip(), self.adapter.usage(resp, req.stage))
 
         return self._map(one, requests)
+
+    def _read_stream(self, resp, req: TextRequest) -> tuple[str, Usage]:
+        """A streamed answer read to its end (the request was retried until the server answered; a failure once
+        the text flows is not retried: part of it was handed over)."""
+        import openai
+
+        try:
+            return self.adapter.read_stream(resp, req, self.count_tokens)
+        except Exception as exc:
+            # the client's errors, and its HTTP library's (httpx, under whatever name the client imports it); an
+            # error of on_text (the caller's) is raised as it is
+            if isinstance(exc, openai.APIError) or type(exc).__module__.startswith("httpx"):
+                raise BackendError(f"{req.stage}: the server's stream broke off ({type(exc).__name__}: "
+                                   f"{exc})") from exc
+            raise
+        finally:
+            close = getattr(resp, "close", None)
+            if close is not None:
+                close()
 
     def close(self) -> None:
         self._pool.shutdown(wait=True)

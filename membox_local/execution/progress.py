@@ -122,6 +122,7 @@ class Waiting:
         out = unfiltered(stream or sys.stderr)
         self.out = out if not quiet and out.isatty() else None
         self.text, self.since = "", 0.0
+        self._shown = False  # a line is on the screen (cleared once only: text may be printed after it)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
@@ -139,16 +140,20 @@ class Waiting:
         if self.out is None:
             return
         with self._lock:
+            if clear and not self._shown:
+                return
             line = "" if clear else f"{self.text} ... {time.monotonic() - self.since:.0f} s"
             self.out.write("\r\x1b[K" + line)
             self.out.flush()
+            self._shown = not clear
 
     def _tick(self) -> None:
         while not self._stop.wait(0.5):
             self._draw()
 
     def done(self) -> None:
-        """Clear the line (the answer is printed where it was)."""
+        """Clear the line (the answer is printed where it was); once: a second call writes nothing, so that text
+        printed after the first (a streamed answer) stays."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
