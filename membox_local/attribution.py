@@ -247,6 +247,11 @@ _JUNK = "{}[]\"' ,"  # what a model's broken JSON leaves at the end of a string
 WHOLE = 0.75  # an event whose content words its line's sentences hold to this share is kept in the line's words
 
 
+def _names(participants: Sequence[str]) -> str:
+    """A pattern of the participants' first names (one that never matches when there are none)."""
+    return "|".join(re.escape(first_name(display_name(p))) for p in participants) or "(?!)"
+
+
 def unwrapped(text: str, participants: Sequence[str]) -> str:
     """The model's event without what narrates it: a speaker's "Tom:" or "Tom says, '...'" around the words."""
     names = "|".join(re.escape(display_name(p)) for p in participants) or "(?!)"
@@ -259,7 +264,9 @@ def unwrapped(text: str, participants: Sequence[str]) -> str:
 
 
 def statements(text: str) -> str:
-    """`text` without its questions (sentences that end with "?")."""
+    """What `text` tells: without its questions (sentences that end with "?") and its bracketed asides ("[shares a
+    photo: ...]", a caption, not the speaker's words: an event that only describes a picture is not supported)."""
+    text = re.sub(r"\[[^\]]*\]?", " ", text)
     return " ".join(x for x in _SENTENCE.split(text.strip()) if x and not x.rstrip().endswith("?"))
 
 
@@ -350,6 +357,7 @@ def cited_event(item: Mapping[str, Any], box: Box, shown: Sequence[Message], par
     if not isinstance(n, int) or not 1 <= n <= len(shown):  # the schema's enum forbids it; a backend may not
         return None, "no line"
     raw = statements(unwrapped(cut_whole(str(item.get("event", "")), max_chars), participants))
+    raw = re.sub(rf"^(?:{_names(participants)})[,!]\s*", "", _OPENERS.sub("", raw), flags=re.IGNORECASE)
     if not raw or is_question(raw, participants):
         return None, "question"
     if echoes_prompt(raw, instructions, box.text()):
