@@ -22,11 +22,13 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import re
 import sys
 import time
 from pathlib import Path
 
-from membox_local.attribution import attribute, checked_topic, display_name
+from membox_local.attribution import attribute, checked_topic, display_name, statements, without_names
+from membox_local.grounding import grounding
 from membox_local.config import load_config
 from membox_local.ingest import load_jsonl
 from membox_local.loom import text_keywords
@@ -115,6 +117,14 @@ def kept(box: Box, raw: dict, boxes: list[Box], cfg) -> tuple[str, list, dict]:
     return topic, events, dict(dropped, **({why: 1} if why else {}))
 
 
+def in_own_line(event, box: Box, people: list[str]) -> float:
+    """The kept event's grounding in its cited line alone (its statements), names, resolved dates and "and others"
+    (what the code added) left out."""
+    line = next(m for m in box.messages if m.message_id == event.sources[0])
+    words = re.sub(r"\([^)]*\)", " ", event.text).replace(" and others", " ")
+    return grounding(without_names(words, people), statements(line.text))
+
+
 def records(model: str) -> dict[str, dict]:
     path = OUT / f"{model}.jsonl"
     return {r["box"]: r for r in map(json.loads, path.open())} if path.exists() else {}
@@ -150,7 +160,7 @@ def report(a) -> dict:
         recs = records(model)
         for part, chosen in (("locomo", [b for b in boxes if b.conversation_id.startswith("conv-")]),
                              ("demo", [b for b in boxes if not b.conversation_id.startswith("conv-")])):
-            n_events, dropped, wrong, seconds, failed, no_one = 0, {}, 0, [], 0, 0
+            n_events, dropped, wrong, seconds, failed, no_one, own = 0, {}, 0, [], 0, 0, 0
             for box in chosen:
                 rec = recs.get(key(box))
                 if rec is None:
@@ -163,6 +173,7 @@ def report(a) -> dict:
                 n_events += len(events)
                 people = [display_name(p) for p in participants(box, boxes)]
                 no_one += sum(not any(p.lower() in e.text.lower() for p in people) for e in events)
+                own += sum(in_own_line(e, box, participants(box, boxes)) >= cfg.extract.min_grounding for e in events)
                 for reason, n in why.items():
                     dropped[reason] = dropped.get(reason, 0) + n
                 wrong += len(labels.get(model, {}).get(key(box), []))
@@ -172,16 +183,20 @@ def report(a) -> dict:
                 "events_per_box": round(n_events / max(1, len(seconds)), 2), "dropped": dropped,
                 # events that name neither participant (a thing's fact, or a line with no person in it)
                 "names_no_participant": no_one,
+                # kept events whose words their cited line alone holds to [extract] min_grounding
+                "grounded_in_cited_line": round(own / max(1, n_events), 3),
                 "hand_checked": checked, "wrong_person": wrong if checked else None,
                 "wrong_person_share": round(wrong / max(1, n_events), 3) if checked else None,
                 "s_per_box": round(sum(seconds) / max(1, len(seconds)), 1)}
-    print("| model / boxes | boxes | events/box | wrong person (hand) | name no participant | dropped (by code) | s/box |")
-    print("|---|---|---|---|---|---|---|")
+    print("| model / boxes | boxes | events/box | wrong person (hand) | name no participant | grounded in cited line | "
+          "dropped (by code) | s/box |")
+    print("|---|---|---|---|---|---|---|---|")
     for name, r in rows.items():
         hand = f"{r['wrong_person']} ({100 * r['wrong_person_share']:.1f}%)" if r["hand_checked"] else "not checked"
         drops = ", ".join(f"{n} {k}" for k, n in sorted(r["dropped"].items())) or "none"
         none = f"{r['names_no_participant']} ({100 * r['names_no_participant'] / max(1, r['events']):.0f}%)"
-        print(f"| {name} | {r['boxes']} | {r['events_per_box']} | {hand} | {none} | {drops} | {r['s_per_box']} |")
+        print(f"| {name} | {r['boxes']} | {r['events_per_box']} | {hand} | {none} | "
+              f"{100 * r['grounded_in_cited_line']:.0f}% | {drops} | {r['s_per_box']} |")
     if a.save:
         SAVED.write_text(json.dumps({"command": "python benchmarks/records_check.py report --save",
                                      "config": a.config, "rows": rows}, indent=1) + "\n")

@@ -413,11 +413,11 @@ def _bare(word: str) -> str:
 
 
 def checked_topic(topic: str, box: Box, keywords: Sequence[str], instructions: str,
-                  participants: Sequence[str] = ()) -> tuple[str, str]:
+                  participants: Sequence[str] = (), max_chars: int = 80) -> tuple[str, str]:
     """(the topic kept, the reason it was replaced: "" when it was not). A topic says what, not who: the
     participants' names are taken out of it ("Tom's knee pain" -> "knee pain": whose it is, the events say). A
-    topic made of the instructions' words, or naming something (a capitalised word) the box never writes, gives
-    way to the box's first three keywords."""
+    topic made of the instructions' words, naming something (a capitalised word) the box never writes, or none of
+    whose words the box holds ("conversation", the prompt's own word), gives way to the box's first three keywords."""
     for p in participants:
         topic = re.sub(rf"\b{re.escape(first_name(display_name(p)))}(?:'s|\u2019s)?\b", " ", topic,
                        flags=re.IGNORECASE)
@@ -425,10 +425,26 @@ def checked_topic(topic: str, box: Box, keywords: Sequence[str], instructions: s
     topic = re.sub(r"^(?:and|&)\s+|\s+(?:and|&)$", "", topic).strip()
     topic = ", ".join(dict.fromkeys(part.strip() for part in topic.split(",") if part.strip()))  # a looping model
     words = {_bare(w)[:4] for w in _WORD.findall(box.text())}
-    fallback = ", ".join(keywords[:3])
+    fallback = ""
+    for k in keywords[:3]:  # as many of the first three keywords as fit the topic's bound
+        if len(fallback) + len(k) + 2 * bool(fallback) <= max_chars:
+            fallback = f"{fallback}, {k}" if fallback else k
     if echoes_prompt(topic, instructions, box.text()) or (topic and not content_words(topic)):
         return fallback, "topic prompt text"
     named = [w for w in _WORD.findall(topic) if w[:1].isupper() and stem(_bare(w))[:4] not in words]
-    if named:
+    if named or (topic and not in_box(topic, words)):
         return fallback, "topic not in box"
     return topic, ""
+
+
+def in_box(text: str, words: set[str]) -> bool:
+    """Some content word of `text` is a word of the box (`words`: the box's words, as `_bare` and stemmed to four
+    letters)."""
+    return any(stem(_bare(w))[:4] in words or _bare(w)[:4] in words for w in content_words(text))
+
+
+def checked_keywords(keywords: Sequence[str], box: Box) -> list[str]:
+    """The model's keywords that the box holds (a keyword of none of its words is the prompt's or invented), none a
+    copied line ("2. Maya: ...")."""
+    words = {_bare(w)[:4] for w in _WORD.findall(box.text())}
+    return [k for k in keywords if in_box(k, words) and not re.match(r"\d+\.\s|[^:]*:\s", k)]

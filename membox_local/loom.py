@@ -12,7 +12,7 @@ from dataclasses import replace
 from typing import Any, Callable, Iterable, Sequence
 
 from .backends.base import BackendError, JsonRequest, PromptTooLong
-from .attribution import attribute, checked_topic
+from .attribution import attribute, checked_keywords, checked_topic
 from .config import Config, LoomConfig
 from .grounding import CHAT_WORDS, STOP_WORDS, content_words, grounding
 from .judges import Decision, Judge, make_judge
@@ -227,9 +227,10 @@ class Loom:
         participants = self.store.speakers(box.conversation_id, max(m.seq for m in box.messages))
         events, box.dropped = attribute(data.get("events", []), box, seen[-1], participants, instructions,
                                         ec.min_grounding, ec.max_event_chars)
-        box.keywords = (_dedupe(data.get("keywords", [])) if ec.keywords == "model"
+        box.keywords = (checked_keywords(_dedupe(data.get("keywords", [])), box) if ec.keywords == "model"
                         else text_keywords(box.messages, ec.max_keywords, ec.max_keyword_chars))
-        box.topic, why = checked_topic(data.get("topic", ""), box, box.keywords, instructions, participants)
+        box.topic, why = checked_topic(data.get("topic", ""), box, box.keywords, instructions, participants,
+                                       ec.max_topic_chars)
         if why:
             box.dropped[why] = 1
         box.note = note

@@ -156,3 +156,13 @@ def test_an_event_cited_at_the_reply_to_the_line_that_says_it_is_moved_to_that_l
 def test_a_claim_about_both_people_needs_a_line_about_both():
     events, dropped = run([{"line": 2, "event": "Tom and Maya work at the bakery at 5 am making sourdough bread"}])
     assert events == [] and dropped == {"joint claim": 1}
+
+
+def test_keywords_and_topics_the_box_does_not_hold_are_not_kept():
+    from membox_local.attribution import checked_keywords
+    b = box()
+    assert checked_keywords(["sourdough", "conversation date", "2. Tom: Great!", "baguettes"], b) == [
+        "sourdough", "baguettes"]
+    assert checked_topic("conversation", b, ["bakery"], EXTRACT_SYSTEM) == ("bakery", "topic not in box")
+    long = ["a" * 30, "b" * 30, "c" * 30]
+    assert checked_topic("Lisbon", b, long, EXTRACT_SYSTEM, max_chars=80)[0] == ", ".join(long[:2])  # fits 80

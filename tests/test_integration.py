@@ -51,6 +51,34 @@ def test_every_box_has_a_bounded_record(built):
     assert sum(b.status == "extracted" for b in built.boxes()) >= len(built.boxes()) // 2
 
 
+def test_every_event_cites_a_line_of_its_box_and_names_that_lines_people(built):
+    """Records that cite their lines (attribution.py), on the real stack: whatever the model wrote, every kept event
+    cites a message of its own box, opens with no first-person word, is no bare name, no question and no text of
+    the instructions, is grounded in its line (and the one before), and any participant leading it is the cited
+    line's speaker or someone that line names or speaks to."""
+    from membox_local.attribution import display_name
+    from membox_local.prompts import EXTRACT_SYSTEM
+
+    people = sorted({m.speaker for m in load_jsonl(DEMO)})
+    events = 0
+    for b in built.boxes():
+        ids = {m.message_id: m for m in b.messages}
+        for e in b.events:
+            events += 1
+            assert e.sources and all(s in ids for s in e.sources), (e.text, e.sources)
+            line = ids[e.sources[0]]
+            first = e.text.split()[0].lower().strip(",.!'")
+            assert first not in ("i", "i'm", "i've", "my", "me", "we", "our"), e.text
+            assert len(e.text.split()) > 1 and not e.text.rstrip().endswith("?"), e.text
+            assert e.text.lower() not in EXTRACT_SYSTEM.lower(), e.text
+            assert e.grounding >= built.config.extract.min_grounding, e.text
+            lead = next((p for p in people if e.text.startswith(display_name(p))), None)
+            assert lead in (None, line.speaker) or lead in line.text or "you" in line.text.lower(), (e.text, line)
+        box_text = b.text().lower()
+        assert not b.topic or any(w[:4] in box_text for w in b.topic.lower().replace(",", " ").split()), b.topic
+    assert events > 0
+
+
 def test_usage_is_recorded_per_stage(built):
     usage = built.store.usage_by_stage()
     assert usage["extract"]["calls"] >= len(built.boxes())
