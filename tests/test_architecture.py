@@ -34,7 +34,7 @@ LAYERS: list[tuple[str, set[str]]] = [
     ("applications", {"__init__", "execution.ray_engine", "asking", "show", "view", "view_style", "compare", "cli", "evaluation",
                       "graph_cli", "api_models", "service", "server", "server_guard", "mcp_server",
                       "evaluation.scorers", "evaluation.segmentation", "evaluation.locomo", "evaluation.locomo_report", "evaluation.longmemeval", "evaluation.results",
-                      "evaluation.integrity", "evaluation.crash", "evaluation.soak", "evaluation.backtracking", "evaluation.next_turn", "evaluation.bounded",
+                      "evaluation.integrity", "evaluation.crash", "evaluation.soak", "evaluation.latency", "evaluation.backtracking", "evaluation.next_turn", "evaluation.bounded",
                       "fit", "fit.*"}),
 ]
 
