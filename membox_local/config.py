@@ -257,6 +257,11 @@ class RetrieveConfig:
     # per token of context. Messages of length_free tokens or fewer are never touched.
     length_cost: float = _opt(0.2, lo=0.0, hi=1.0)
     length_free: int = _opt(100, lo=1)
+    # box-hits: a message's relevance (the mean of its own and its window's cosine to the question) also gains
+    # lexical_weight x its BM25 score for the question's words (retrieval/lexical.py: lowercased, stop words dropped,
+    # stemmed), divided by the best message's score (1 for the best lexical match, 0 for none); 0: cosine only.
+    # The BM25 index is built in memory from the stored messages, never on disk: nothing of it outlives a forget.
+    lexical_weight: float = _opt(0.5, lo=0.0, hi=2.0)
 
 
 @dataclass

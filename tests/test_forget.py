@@ -11,7 +11,7 @@ from membox_local.cli import main
 from membox_local.ingest import load_jsonl
 from membox_local.memory import Memory
 from membox_local.records import Message
-from membox_local.retrieval import box_index_text, quoting_texts
+from membox_local.retrieval import box_index_text, make_retriever, quoting_texts
 from membox_local.store import StoreError, text_key
 from membox_local.systems.base import Component
 
@@ -55,6 +55,12 @@ def cached(mem: Memory, texts: list[str]) -> set[str]:
     return {r[0] for r in mem.store.db.execute("SELECT key FROM embeddings") if r[0] in keys}
 
 
+def lexical_hits(mem: Memory, query: str) -> list[str]:
+    """Ids of the messages box-hits' BM25 index (built in memory from the stored messages) scores above 0."""
+    bm = make_retriever("box-hits", mem).box_map(CONV)
+    return [m.message_id for m, s in zip(bm.messages, bm.lexical_index().scores(query)) if s > 0]
+
+
 def no_marker_in_memory(mem: Memory) -> None:
     for b in mem.boxes():
         shown = [b.topic, b.error, *b.keywords, *(m.text for m in b.messages), *(e.text for e in b.events)]
@@ -81,6 +87,7 @@ def test_forgetting_a_message_erases_it_from_every_file(built):
     assert len(box.messages) > 1 and box.status == "extracted"
     # what an index save killed midway leaves behind (index.py writes `<name>.<pid>.tmp` then renames it)
     (folder / "boxes.4242-1.tmp").write_bytes((folder / "boxes.hnsw").read_bytes() + WORD)
+    assert lexical_hits(mem, MARKER) == [SECRET_ID]
 
     n = mem.forget(CONV, [SECRET_ID])
 
@@ -96,6 +103,7 @@ def test_forgetting_a_message_erases_it_from_every_file(built):
     # boxes that shared a deleted trace are woven again by the next build
     assert mem.system("membox").unwoven([CONV]) == n["boxes_to_weave"]
     no_marker_in_memory(mem)
+    assert lexical_hits(mem, MARKER) == []  # the lexical index, in memory only, is built from what is stored
     # the box index was rebuilt without the reset box; searching and answering work
     assert box.id not in {b.id for b, _ in mem.search("coach training plan", k=50)}
     assert mem.answer("Which race did Maya sign up for?").text

@@ -12,6 +12,10 @@ to decide what is shown around a hit:
   With `[retrieve] length_cost` a message longer than `length_free` tokens also loses that much priority per
   log-unit of its length beyond it (more evidence per token where turns differ tenfold in length, as a user's
   and an assistant's do; 4 of LoCoMo's 3,435 dev turns are longer, by at most 19 tokens).
+  With `[retrieve] lexical_weight` a message's relevance also gains that weight x its BM25 score for the question
+  (lexical.py: words, stop words dropped, stemmed; divided by the best message's score, so 1 for the best lexical
+  match): the names and rare words MiniLM's cosine misses. The index is built in memory from the scope's stored
+  messages with the rest of the BoxMap and never written to disk (lexical.py says why).
   Messages are added best first while they fit the budget, so a strong hit brings its box neighbours,
   nearest first, before weaker hits elsewhere, and context never crosses a topic boundary. Shown in time
   order under one date line per session (`HEADERS`: other layouts label each box). k: the top-k messages
@@ -35,6 +39,7 @@ from ..records import Box, Message
 from .base import Context, Retriever, count_tokens, register
 from .baselines import TurnRagRetriever
 from .layout import CHUNK_WORDS, Layout, chunk_session_messages, chunk_text, plain, shown_render
+from .lexical import LexicalIndex
 from ..seams import MemoryView
 
 DECAY = 0.1  # priority lost per turn of distance from a hit in the same box
@@ -61,11 +66,17 @@ class BoxMap:
     centroids: np.ndarray  # box position -> unit mean vector of its messages
     scope: str | None  # the conversation id, or None for every conversation
     tokens: np.ndarray | None = None  # message index -> its length in count_tokens units (made when first used)
+    lexical: LexicalIndex | None = None  # BM25 over the messages as shown (made when first used; memory only)
 
     def message_tokens(self) -> np.ndarray:
         if self.tokens is None:
             self.tokens = np.array([count_tokens(m.render()) for m in self.messages], dtype=float)
         return self.tokens
+
+    def lexical_index(self) -> LexicalIndex:
+        if self.lexical is None:
+            self.lexical = LexicalIndex.build([m.render() for m in self.messages])
+        return self.lexical
 
     def box(self, m: Message) -> int:
         return self.position[(m.conversation_id, m.message_id)]
@@ -145,6 +156,8 @@ class BoxHitsRetriever(Retriever):
     headers = "date"
     chunk_words = CHUNK_WORDS
     length_cost: float | None = None  # None: the config's `[retrieve] length_cost` (a variant may fix its own)
+    lexical_weight: float | None = None  # None: the config's `[retrieve] lexical_weight`
+    dense_weight = 1.0  # weight of the cosines in a message's relevance (0: BM25 alone, an ablation)
 
     def __init__(self, memory: "MemoryView"):
         super().__init__(memory)
@@ -162,9 +175,16 @@ class BoxHitsRetriever(Retriever):
         """Message index -> unit vector of its window (see the module docstring)."""
         return box_chunk_vectors(self.memory, messages, members, self.chunk_words)
 
-    def priorities(self, bm: BoxMap, qv: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def relevance(self, bm: BoxMap, qv: np.ndarray, question: str = "") -> np.ndarray:
+        """Every message's relevance: the mean of its own and its window's cosine to the question vector `qv`,
+        plus `lexical_weight` x its normalised BM25 score for `question` (none without a question)."""
+        rel = self.dense_weight * 0.5 * (bm.vectors @ qv + bm.windows @ qv)
+        w = self.memory.config.retrieve.lexical_weight if self.lexical_weight is None else self.lexical_weight
+        return rel + w * bm.lexical_index().normalised(question) if w and question.strip() else rel
+
+    def priorities(self, bm: BoxMap, qv: np.ndarray, question: str = "") -> tuple[np.ndarray, np.ndarray]:
         """(relevance, priority) of every message (see the module docstring)."""
-        rel = 0.5 * (bm.vectors @ qv + bm.windows @ qv)
+        rel = self.relevance(bm, qv, question)
         prio = np.empty_like(rel)
         for idx in bm.members:
             pos = np.arange(len(idx))
@@ -180,7 +200,7 @@ class BoxHitsRetriever(Retriever):
         bm = self.box_map(conversation_id)
         if not bm.messages:
             return Context("")
-        sims, prio = self.priorities(bm, self.memory.embedder.encode([question])[0])
+        sims, prio = self.priorities(bm, self.memory.embedder.encode([question])[0], question)
         hits = np.argsort(-sims, kind="stable")[:k]
         candidates = np.unique(np.concatenate([bm.members[b] for b in bm.box_of[hits]]))
         order = candidates[np.lexsort((-sims[candidates], -prio[candidates]))]  # a hit before equal neighbours
