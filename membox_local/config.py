@@ -261,7 +261,7 @@ class RetrieveConfig:
     # lexical_weight x its BM25 score for the question's words (retrieval/lexical.py: lowercased, stop words dropped,
     # stemmed), divided by the best message's score (1 for the best lexical match, 0 for none); 0: cosine only.
     # The BM25 index is built in memory from the stored messages, never on disk: nothing of it outlives a forget.
-    lexical_weight: float = _opt(0.5, lo=0.0, hi=2.0)
+    lexical_weight: float = _opt(0.3, lo=0.0, hi=2.0)
 
 
 @dataclass
