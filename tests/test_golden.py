@@ -43,7 +43,8 @@ ABOUT = ("The stores that the box memory builds from the test conversations with
          "context for two questions. The exact parts are those the code before the component seam (commit 601b2f5) "
          "wrote; the floats were read at commit 5f00f96, whose digests with the floats agreed with 601b2f5's. Written "
          "again when records began to cite their lines (issue 50, attribution.py: events in their line's words with "
-         "persons resolved, their sources, what was dropped): boxes, events, traces, usage and contexts moved.")
+         "persons resolved, their sources, what was dropped; topics and keywords the box holds), and box-hits fused BM25 "
+         "with its cosines (`[retrieve] lexical_weight`): boxes, events, traces, usage and contexts moved.")
 # scores are cosines and logistic probabilities in [0, 1]: a CPU's rounding moves them by ~1e-7
 FLOAT_TOLERANCE = 1e-5
 
