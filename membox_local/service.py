@@ -111,12 +111,21 @@ class Service:
             self._thread = threading.Thread(target=self._run, name="membox-filer", daemon=True)
             self._thread.start()
             self._workers["search"].submit(self._warm)  # the first search does not wait for the embedder to load
+            # nor the first answer for its model: loaded (weights mapped, its context allocated) before any question,
+            # so the server's resident memory after start-up grows only with the data it holds
+            self._workers["answer"].submit(self._warm_answer)
 
     def _warm(self) -> None:
         try:
             self.reader.embedder.inner.encode(["warm up"])  # the model itself: nothing written to the cache
         except Exception as exc:  # noqa: BLE001 - the first search reports it
             log.warning("the reader's embedder did not load: %s", one_line(str(exc)))
+
+    def _warm_answer(self) -> None:
+        try:
+            self.reader.answer_backend
+        except Exception as exc:  # noqa: BLE001 - the first answer reports it
+            log.warning("the reader's answering model did not load: %s", one_line(str(exc)))
 
     def close(self, wait_s: float = 30.0) -> None:
         """Stop the filer after the slice it is filing, then close the memories (releasing the write lock). A slice

@@ -215,3 +215,27 @@ def test_an_answer_on_a_conversation_with_nothing_filed_yet_is_a_409_line_not_a_
             service.answer("When does A run?", "c")
     finally:
         service.close()
+
+
+def test_the_server_loads_its_answering_model_at_start_not_at_the_first_question(tmp_path, cfg):
+    import time
+
+    from membox_local.server import Service
+
+    loaded = []
+
+    def answering():
+        loaded.append(time.monotonic())
+        return FakeBackend()
+
+    writer = Memory(tmp_path / "mem", cfg, backend=FakeBackend(), embedder=FakeEmbedder())
+    reader = Memory(tmp_path / "mem", cfg, backend=FakeBackend(), embedder=FakeEmbedder(), answer_backend=answering)
+    service = Service(writer, reader)
+    try:
+        service.start()
+        deadline = time.monotonic() + 30
+        while not loaded and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(loaded) == 1  # before any question was asked
+    finally:
+        service.close()
