@@ -112,9 +112,10 @@ def test_a_weaving_failure_is_recorded_and_listed(tmp_path, cfg, capsys):
                 raise BackendError(f"{requests[0].stage}: the server kept failing after 5 attempts")
             return super().json_batch(requests)
 
-    def two_events(r):  # each box's first two lines as its events, so that weaving asks the model
-        lines = [l.split(": ", 1)[1][:150] for l in r.prompt.user.splitlines() if re.match(r"^[A-Z][\w ]*: ", l)]
-        return {"topic": "t", "keywords": ["k"], "events": lines[:2]} if r.stage == "extract" else None
+    def two_events(r):  # each box's first two lines as its events (cited), so that weaving asks the model
+        lines = [l.split(": ", 1)[1][:150] for l in r.prompt.user.splitlines() if re.match(r"^\d+\. [A-Z][\w ]*: ", l)]
+        events = [{"line": n, "event": text} for n, text in enumerate(lines[:2], 1)]
+        return {"topic": "t", "keywords": ["k"], "events": events} if r.stage == "extract" else None
 
     backend = WeaveFails()
     backend.responder = two_events
