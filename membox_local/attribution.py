@@ -38,7 +38,7 @@ _ADVERBS = frozenset("just really also still usually often always never actually
 # verbs whose "I" form is not made third person by adding -s, and words after "I" that are no verb to inflect
 _THIRD = {"am": "is", "are": "is", "were": "was", "have": "has", "do": "does", "go": "goes", "don't": "doesn't",
           "haven't": "hasn't", "aren't": "isn't", "weren't": "wasn't"}
-_NO_S = frozenset("can could will would shall should may might must did was were had got went made took saw came "
+_NO_S = frozenset("can could will would shall should may might must was were had got went made took saw came "
                   "found gave told felt left bought brought thought ran began met kept won wrote spent sent built "
                   "lost paid heard held sat stood understood taught caught fought sold slept drove ate drank swam "
                   "flew grew knew threw wore chose spoke broke forgot said did didn't wasn't couldn't wouldn't "
@@ -51,7 +51,7 @@ _VERB_START = frozenset("is was has had will would can could plans planned wants
                         "needs needed hopes hoped thinks feels works worked lives lived goes does enjoys enjoyed "
                         "got used started went made took bought visited joined finished tried learned".split())
 _WORD = re.compile(r"[A-Za-z][A-Za-z'-]*")
-_NAMES_RUN = 5  # a run of this many words shared with the instructions and absent from the box is prompt text
+_ECHO_RUN = 5  # a run of this many words shared with the instructions and absent from the box is prompt text
 
 
 def display_name(speaker: str) -> str:
@@ -201,12 +201,12 @@ def is_question(text: str, participants: Sequence[str]) -> bool:
 
 
 def echoes_prompt(text: str, instructions: str, box_text: str) -> bool:
-    """`text` holds a run of _NAMES_RUN words of the instructions that the box does not hold."""
+    """`text` holds a run of _ECHO_RUN words of the instructions that the box does not hold."""
     words = [w.lower() for w in _WORD.findall(text)]
     said = " ".join(w.lower() for w in _WORD.findall(instructions))
     box = " ".join(w.lower() for w in _WORD.findall(box_text))
-    for i in range(len(words) - _NAMES_RUN + 1):
-        run = " ".join(words[i:i + _NAMES_RUN])
+    for i in range(len(words) - _ECHO_RUN + 1):
+        run = " ".join(words[i:i + _ECHO_RUN])
         if run in said and run not in box:
             return True
     return False
@@ -247,14 +247,15 @@ _JUNK = "{}[]\"' ,"  # what a model's broken JSON leaves at the end of a string
 WHOLE = 0.75  # an event whose content words its line's sentences hold to this share is kept in the line's words
 
 
-def _names(participants: Sequence[str]) -> str:
-    """A pattern of the participants' first names (one that never matches when there are none)."""
-    return "|".join(re.escape(first_name(display_name(p))) for p in participants) or "(?!)"
+def _names(participants: Sequence[str], full: bool = False) -> str:
+    """A pattern of the participants' first names (`full`: their whole display names); one that never matches when
+    there are none."""
+    return "|".join(re.escape(display_name(p) if full else first_name(display_name(p))) for p in participants) or "(?!)"
 
 
 def unwrapped(text: str, participants: Sequence[str]) -> str:
     """The model's event without what narrates it: a speaker's "Tom:" or "Tom says, '...'" around the words."""
-    names = "|".join(re.escape(display_name(p)) for p in participants) or "(?!)"
+    names = _names(participants, full=True)
     text = re.sub(rf"^(?:{names})\s*:\s*", "", text, flags=re.IGNORECASE)
     m = re.match(rf"^(?:{names}|[A-Z][\w'-]*|he|she|they)\s+(?:{_SAYS})(?:\s+that)?\s*[,:]?\s*", text,
                  flags=re.IGNORECASE)
@@ -275,7 +276,7 @@ def said_sentences(event: str, line: Message, participants: Sequence[str]) -> st
     "wow," or a name the speaker addresses ("Tom, ..."); a question or a sentence without content words is never
     one, nor a sentence of one content word ("Really well.") beside others; "" when none."""
     words = {w[:5] for w in content_words(event)}
-    names = "|".join(re.escape(first_name(display_name(p))) for p in participants) or "(?!)"
+    names = _names(participants)
     picked = []
     for sentence in _SENTENCE.split(statements(line.text)):
         sentence = re.sub(rf"^(?:{names})[,!]\s*", "", _OPENERS.sub("", sentence).strip(), flags=re.IGNORECASE)
@@ -335,7 +336,7 @@ def cut_whole(text: str, max_chars: int) -> str:
 def _joint_without_we(text: str, line: Message, participants: Sequence[str]) -> bool:
     """"Ana and Ben talk about their families": a claim about both participants from a line that says nothing of
     the two together (no "we", "us", "our", "both", "together"): a small model's summary, true of one at most."""
-    names = "|".join(re.escape(display_name(p)) for p in participants) or "(?!)"
+    names = _names(participants, full=True)
     joint = re.match(rf"^(?:{names}) and (?:{names})\b", text, re.IGNORECASE)
     return bool(joint) and not re.search(r"\b(?:we|us|our|ours|both|together)\b", statements(line.text), re.I)
 
