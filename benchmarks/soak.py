@@ -36,10 +36,11 @@ def table(results: dict[str, dict]) -> str:
                     f"stored, {res['messages_filed']} filed); tracebacks {res['tracebacks']}; accepted {res['accepted']}, not stored "
                     f"{len(res['accepted_not_stored'])}, stored twice {len(res['stored_twice'])}, refused but "
                     f"stored {len(res['refused_but_stored'])}")
-        if res.get("held_mb") is not None:
-            rows.append(f"{kind}: a fresh reader of the soaked memory holds {res['held_mb']} MB for its data; the "
-                        f"growth after warm-up beyond the data stored since ({res['messages_stored_at_warm']} "
-                        f"messages at warm-up): {res['growth_beyond_data_mb']:+} MB")
+        held = res.get("indexes_mb") or {}
+        if res.get("growth_beyond_data_mb") is not None:
+            rows.append(f"{kind}: the server's vector indexes held {held['warm']} MB at the end of warm-up "
+                        f"({res['messages_stored_at_warm']} messages stored) and {held['end']} MB at the end; the "
+                        f"growth after warm-up beyond that: {res['growth_beyond_data_mb']:+} MB")
     return "\n".join(rows)
 
 

@@ -63,6 +63,15 @@ class VectorIndex:
     def __len__(self) -> int:
         return len(self.ids)
 
+    def held_bytes(self) -> int:
+        """Bytes held for the items, counted from what they are: hnswlib's level-0 record per item (the vector as
+        float32, 2*M neighbour links, a count and a label; upper levels hold about 1/M of the items with M links
+        each), and the Python maps beside it (a list slot, an int and a dict entry each; conversation names are
+        shared strings). hnswlib reserves room for twice the items on a resize but touches only what it uses."""
+        per_item = self.dim * 4 + (2 * self.m + 1) * 4 + 8 + 4 * (self.m + 1)
+        python = 8 + 32 + 8 + 100  # ids slot and int, conv slot, _label_of entry
+        return len(self.ids) * (per_item + python)
+
     def add(self, ids: list[int], conversations: list[str], vectors: np.ndarray) -> None:
         with self._lock:
             fresh = [n for n, i in enumerate(ids) if i not in self._label_of]

@@ -38,6 +38,7 @@ class Decision:
 class Judge:
     name = "base"
     uses_llm = False
+    generates = False  # sends label requests (generation) to the build's model, stage "judge"
     history = 0  # how many of the conversation's earlier messages `decide` wants as `earlier`
 
     def __init__(self, cfg: LoomConfig):
@@ -305,6 +306,7 @@ class LLMJudge(Judge):
 
     name = "llm"
     uses_llm = True
+    generates = True
 
     def decide(self, recent, new, earlier=()):
         window = list(recent)[-self.cfg.window:]
@@ -321,6 +323,7 @@ class LLMLogprobJudge(Judge):
 
     name = "llm-logprob"
     uses_llm = True
+    generates = True
 
     def decide(self, recent, new, earlier=()):
         window = list(recent)[-self.cfg.window:]
@@ -336,6 +339,7 @@ class AuthorsJudge(Judge):
 
     name = "authors"
     uses_llm = True
+    generates = True
 
     def decide(self, recent, new, earlier=()):
         res = yield LabelRequest(authors_continuity_prompt(list(recent)[-2:], new), CONTINUITY_LABELS,

@@ -110,6 +110,13 @@ class Memory(BuildSettings, Filing, Erasure, Verbs, Reading):
             self._backend = self._backend()
         return self._backend
 
+    def prepare_build(self) -> None:
+        """Load the build's model and allocate what its first generation in each stage the systems use would
+        (Backend.prepare): `membox serve` and `membox mcp` do it at start."""
+        stages = dict.fromkeys(s for comp in self.components for s in comp.generation_stages())
+        if stages:
+            self.backend.prepare(list(stages))
+
     @property
     def answer_backend(self) -> Backend:
         """The answering model ([answer.llm] over [llm]); a model the build loaded already (the build's, or a

@@ -80,6 +80,10 @@ class Reading:
             self._indexes[name] = VectorIndex(self.path / f"{name}.hnsw", self.embedder.dim)
         return self._indexes[name]
 
+    def held_bytes(self) -> int:
+        """Bytes this Memory's open vector indexes hold (VectorIndex.held_bytes): the data it keeps in memory."""
+        return sum(index.held_bytes() for index in list(self._indexes.values()))
+
     def _default_conversation(self, conversation_id: str | None, where: str = "search") -> str | None:
         """The conversation a read sees: the one named, else the memory's only one. Conversations are the
         isolation unit, so a read of a memory holding several must say which (or, for search, which several)."""

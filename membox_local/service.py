@@ -123,9 +123,18 @@ class Service:
 
     def _warm_answer(self) -> None:
         try:
-            self.reader.answer_backend
+            self.reader.answer_backend.prepare(["answer"])
         except Exception as exc:  # noqa: BLE001 - the first answer reports it
             log.warning("the reader's answering model did not load: %s", one_line(str(exc)))
+
+    def _warm_build(self) -> None:
+        """The build's model, loaded on the filer's thread before it files anything, with an instance for each
+        stage its systems generate in (Memory.prepare_build): the first sealed box does not allocate them mid-run (a
+        server's resident memory after start-up grows only with the data it holds)."""
+        try:
+            self.writer.prepare_build()
+        except Exception as exc:  # noqa: BLE001 - the first extraction reports it
+            log.warning("the build's model did not load: %s", one_line(str(exc)))
 
     def close(self, wait_s: float = 30.0) -> None:
         """Stop the filer after the slice it is filing, then close the memories (releasing the write lock). A slice
@@ -197,6 +206,7 @@ class Service:
 
     # ---- the filer --------------------------------------------------------------------------------------------------
     def _run(self) -> None:
+        self._warm_build()
         while not self._stop.is_set():
             self._wake.clear()
             todo = self._todo()
@@ -285,6 +295,8 @@ class Service:
             "last_error": self.last_error,
             # requests queued now, not started: to store received messages, to search, for the answering model
             "waiting": dict(self.waiting),
+            # what the reader's and the writer's vector indexes hold in memory (they grow with the data, nothing else)
+            "indexes_mb": round((self.reader.held_bytes() + self.writer.held_bytes()) / 2**20, 1),
             "since_start": {"received": self.received, "filed": self.filed,
                             "seconds": round(time.time() - self.started_at, 1)},
         }

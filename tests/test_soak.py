@@ -193,14 +193,41 @@ def test_a_minute_of_mixed_load_on_the_real_server_has_no_500_and_loses_nothing(
     res = S.soak(tmp_path / "mem", "cpu-fast", load, warm_s=20)
     assert S.verdicts(res) == [], res["statuses"]
     assert res["accepted"] > 20 and res["routes"]["search"]["requests"] > 10
-    assert res["held_mb"] is not None and res["growth_beyond_data_mb"] is not None  # a fresh reader was measured
+    held = res["indexes_mb"]  # the server's own account of its indexes, read at the end of warm-up and at the end
+    assert held["warm"] is not None and held["end"] >= held["warm"] > 0
+    assert res["growth_beyond_data_mb"] is not None
 
 
-def test_growth_beyond_data_takes_out_what_the_messages_stored_after_warm_up_hold():
-    # 100 MB held for 1,000 messages, 100 of them stored by the end of warm-up: 90 MB of the growth is data
-    assert S.beyond_data({"growth_mb": 120.0}, 100.0, 100, 1000) == 30.0
-    assert S.beyond_data({"growth_mb": None}, 100.0, 100, 1000) is None
-    assert S.beyond_data({"growth_mb": 5.0}, None, 100, 1000) is None
+def test_growth_beyond_data_takes_out_what_the_indexes_took_on_after_warm_up():
+    # the indexes held 10 MB at the end of warm-up and 100 MB at the end: 90 MB of the growth is data
+    assert S.beyond_data({"growth_mb": 120.0}, 10.0, 100.0) == 30.0
+    assert S.beyond_data({"growth_mb": None}, 10.0, 100.0) is None
+    assert S.beyond_data({"growth_mb": 5.0}, None, 100.0) is None
+
+
+def test_an_index_accounts_for_what_its_items_hold_and_the_status_reports_it(tmp_path, cfg):
+    import numpy as np
+
+    from membox_local.index import VectorIndex
+    from membox_local.server import Service
+
+    index = VectorIndex(tmp_path / "x.hnsw", 8)
+    assert index.held_bytes() == 0
+    index.add([1, 2, 3], ["c", "c", "d"], np.eye(3, 8, dtype=np.float32))
+    per_item = index.held_bytes() / 3
+    assert 8 * 4 < per_item < 8 * 4 + 1000  # the vector, its links and the maps beside it
+    index.add([1, 4], ["c", "d"], np.eye(2, 8, dtype=np.float32))  # 1 is there already
+    assert index.held_bytes() == 4 * per_item
+    writer = Memory(tmp_path / "mem", cfg, backend=FakeBackend(), embedder=FakeEmbedder())
+    service = Service(writer, Memory(tmp_path / "mem", cfg, backend=FakeBackend(), embedder=FakeEmbedder()))
+    try:
+        service.receive([{"conversation_id": "c", "message_id": "1", "speaker": "A", "text": "I run on Sundays."}])
+        assert service.status()["indexes_mb"] == 0.0  # nothing indexed yet
+        vectors = np.random.default_rng(0).random((600, writer.embedder.dim), np.float32)
+        service.reader.index("messages").add(list(range(600)), ["c"] * 600, vectors)
+        assert service.status()["indexes_mb"] > 0
+    finally:
+        service.close()
 
 
 def test_an_answer_on_a_conversation_with_nothing_filed_yet_is_a_409_line_not_a_500(tmp_path, cfg):

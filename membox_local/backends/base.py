@@ -389,6 +389,11 @@ class Backend(ABC):
         the model is there and is one, the server answers. Raises one clear error (ModelNotFound, BackendError,
         ConfigError). `Memory.add` and `membox build` call it before the first message is filed."""
 
+    def prepare(self, stages: Sequence[str]) -> None:
+        """Allocate now what the first generation of each of these stages would allocate (in the order a build
+        first sends them): a long-running server calls it at start, so that its resident memory after start-up
+        grows only with the data it holds. Nothing to do for most backends."""
+
     def count_tokens(self, text: str) -> int:
         """Tokens of `text` for this model; backends with a tokenizer override this."""
         return max(1, round(len(text.split()) * 1.3))

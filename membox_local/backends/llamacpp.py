@@ -271,6 +271,18 @@ class LlamaCppBackend(Backend):
             self._stage_llms[stage] = llm
         return llm
 
+    def prepare(self, stages) -> None:
+        """Each stage's instance made (`_context`) and a batch of text decoded in it (one `n_batch` of tokens, at
+        most half its context): its compute buffers and the start of its KV cache are in use now rather than from
+        the stage's first calls. What is left to fill is the rest of the KV cache, bounded by `n_ctx`."""
+        sentence = self.tokenize("A text decoded once so that this instance's buffers are in use. ", special=False)
+        size = max(1, min(self.cfg.n_batch, self.cfg.n_ctx // 2))
+        warm = (sentence * (size // len(sentence) + 1))[:size]
+        for stage in stages:
+            llm = self._context(stage)
+            llm.reset()
+            llm.eval(warm)
+
     def _complete(self, prompt: Prompt, max_tokens: int, grammar=None, llm=None) -> tuple[str, Usage, str]:
         llm = llm or self.llm
         tokens = self.prompt_tokens(prompt)

@@ -43,6 +43,10 @@ class StageRouter(Backend):
     def score_batch(self, requests):
         return self._split("score_batch", requests)
 
+    def prepare(self, stages):
+        for stage in stages:
+            self.backend_for(stage).prepare([stage])
+
     def count_tokens(self, text: str) -> int:
         return self.default.count_tokens(text)
 

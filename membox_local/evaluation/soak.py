@@ -126,6 +126,20 @@ class Server:
             return None
         return None
 
+    def indexes_mb(self) -> float | None:
+        """What the server says its vector indexes hold in memory (status `indexes_mb`); None when not read."""
+        try:
+            if self.kind == "serve":
+                conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
+                conn.request("GET", "/status")
+                status = json.loads(conn.getresponse().read())
+                conn.close()
+            else:
+                status = mcp_status(self.port)
+            return float(status["indexes_mb"])
+        except (OSError, ValueError, KeyError, TypeError, http.client.HTTPException):
+            return None
+
     def log_tail(self, chars: int = 2000) -> str:
         self.out.flush()
         return self.log.read_text(errors="replace")[-chars:]
@@ -141,12 +155,17 @@ class Server:
         return self.proc.returncode
 
 
-def sample_rss(server: Server, stop: threading.Event, every_s: float, out: list[tuple[float, float]]) -> None:
+def sample_rss(server: Server, stop: threading.Event, every_s: float, out: list[tuple[float, float]],
+               warm_s: float = float("inf"), held: dict | None = None) -> None:
+    """Resident memory every `every_s` seconds into `out`; and into `held["warm"]`, what the server's indexes hold
+    when warm-up ends (read right after the first sample at or past `warm_s`)."""
     t0 = time.monotonic()
     while not stop.is_set():
         rss = server.rss_mb()
         if rss is not None:
             out.append((round(time.monotonic() - t0, 1), round(rss, 1)))
+            if held is not None and "warm" not in held and out[-1][0] >= warm_s:
+                held["warm"] = server.indexes_mb()
         stop.wait(every_s)
 
 
@@ -202,6 +221,19 @@ def run_rest(port: int, load: Load, lines: list, tally: Tally) -> None:
 
 # ---- MCP clients -----------------------------------------------------------------------------------------------
 MCP_TOOLS = {"add": "add_memory", "search": "search_memory", "answer": "answer"}
+
+
+def mcp_status(port: int) -> dict:
+    """The MCP server's memory_status tool, called in a session of its own."""
+    import anyio
+    from mcp import Client
+
+    async def call() -> dict:
+        async with Client(f"http://127.0.0.1:{port}/mcp") as session:
+            res = await session.call_tool("memory_status", {})
+            return res.structured_content or json.loads(res.content[0].text)
+
+    return anyio.run(call)
 
 
 def mcp_arguments(route: str, args: dict) -> dict:
@@ -278,50 +310,12 @@ def rss_growth(samples: list[tuple[float, float]], warm_s: float) -> dict[str, f
             "max_mb": max(r for _, r in samples)}
 
 
-# What a reader holds in memory for a memory's data: a process of its own opens the soaked memory and searches and
-# builds an answer's context in its first conversation (models, modules and first-use costs), then in every other
-# one (the indexes and per-conversation maps a server keeps); the growth of its resident memory over those, scaled
-# to all the messages from the share of them those conversations hold, is printed in MB.
-HELD_SCRIPT = r"""
-import sys
-from membox_local.config import load_config
-from membox_local.memory import Memory
-
-def rss():
-    for line in open("/proc/self/status"):
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-
-store, config, question = sys.argv[1:4]
-with Memory(store, load_config(config)) as mem:
-    convs = mem.store.conversations()
-    sizes = {c: len(mem.store.messages(c)) for c in convs}
-    base = None
-    for c in convs:
-        mem.search(question, conversation_id=c)
-        mem.context(question, c)
-        base = rss() if base is None else base
-    rest = sum(sizes.values()) - sizes[convs[0]]
-    print(round((rss() - base) * sum(sizes.values()) / rest, 1) if rest else 0.0)
-"""
-
-
-def held_mb(store: Path, config: str, env: dict[str, str] | None = None) -> float | None:
-    """Resident MB a fresh reader of `store` holds for its data (HELD_SCRIPT); None when that could not be read."""
-    done = subprocess.run([sys.executable, "-c", HELD_SCRIPT, str(store), config, QUESTIONS[0]], capture_output=True,
-                          text=True, env={**os.environ, **(env or {})}, timeout=1800)
-    try:
-        return float(done.stdout.strip().splitlines()[-1])
-    except (ValueError, IndexError):
+def beyond_data(rss: dict, held_warm: float | None, held_end: float | None) -> float | None:
+    """The resident memory's growth after warm-up less what the server's indexes took on for the data stored since
+    (their own account: status `indexes_mb`, VectorIndex.held_bytes)."""
+    if rss.get("growth_mb") is None or held_warm is None or held_end is None:
         return None
-
-
-def beyond_data(rss: dict, held_end: float | None, stored_at_warm: int, stored_end: int) -> float | None:
-    """The growth after warm-up less what the data added in that time held: the data's share is the fresh reader's
-    `held_end`, scaled by the messages stored after warm-up (memory held grows with the messages held)."""
-    if rss.get("growth_mb") is None or held_end is None or not stored_end:
-        return None
-    return round(rss["growth_mb"] - held_end * (stored_end - stored_at_warm) / stored_end, 1)
+    return round(rss["growth_mb"] - (held_end - held_warm), 1)
 
 
 TRACEBACK = re.compile(r"^Traceback \(most recent call last\)", re.M)
@@ -374,21 +368,29 @@ def verdicts(result: dict) -> list[str]:
 
 def soak(store: Path, config: str, load: Load, *, kind: str = "serve", data: Path | None = None,
          warm_s: float = 60.0, sample_s: float = 5.0, log: Path | None = None,
-         env: dict[str, str] | None = None, measure_held: bool = True) -> dict[str, Any]:
-    """Start the server on `store`, run the load, stop the server and report (see `report`), with what a fresh
-    reader holds for the soaked memory's data (`held_mb`) and the server's growth after warm-up beyond it."""
+         env: dict[str, str] | None = None) -> dict[str, Any]:
+    """Start the server on `store`, run the load, stop the server and report (see `report`), with what the server's
+    indexes held at the end of warm-up and at the end (`indexes_mb`) and its growth after warm-up beyond that."""
     lines = texts(data)
     log = log or store.with_name(store.name + f"-{kind}.log")
     server = Server(store, config, kind, log, env)
     samples: list[tuple[float, float]] = []
+    held: dict[str, float | None] = {}
     stop = threading.Event()
     try:
         server.wait_ready()
-        sampler = threading.Thread(target=sample_rss, args=(server, stop, sample_s, samples), daemon=True)
+        sampler = threading.Thread(target=sample_rss, args=(server, stop, sample_s, samples, warm_s, held),
+                                   daemon=True)
         sampler.start()
         started = time.monotonic()
         tally = Tally()
         (run_rest if kind == "serve" else run_mcp)(server.port, load, lines, tally)
+        stop.set()
+        sampler.join()
+        held["end"] = server.indexes_mb()
+        rss_end = server.rss_mb()
+        if rss_end is not None:  # the last sample is the one the account at the end goes with
+            samples.append((round(time.monotonic() - started, 1), round(rss_end, 1)))
     finally:
         stop.set()
         server.stop()
@@ -396,6 +398,6 @@ def soak(store: Path, config: str, load: Load, *, kind: str = "serve", data: Pat
     stored, filed = stored_counts(store)
     result = report(tally, stored, samples, log.read_text(errors="replace"), load, warm_s, ok)
     at_warm = sum(1 for route, st, t0, _ in tally.calls if route == "add" and st in ok and t0 < started + warm_s)
-    held = held_mb(store, config, env) if measure_held else None
-    return result | {"messages_filed": filed, "held_mb": held, "messages_stored_at_warm": at_warm,
-                     "growth_beyond_data_mb": beyond_data(result["rss"], held, at_warm, result["messages_stored"])}
+    return result | {"messages_filed": filed, "messages_stored_at_warm": at_warm,
+                     "indexes_mb": {"warm": held.get("warm"), "end": held.get("end")},
+                     "growth_beyond_data_mb": beyond_data(result["rss"], held.get("warm"), held.get("end"))}

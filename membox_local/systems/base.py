@@ -41,6 +41,11 @@ class Component:
                 out[f"{section}.{key}"] = value
         return json.loads(json.dumps(out))  # as stored: tuples become lists
 
+    def generation_stages(self) -> tuple[str, ...]:
+        """The stages of the model requests (label, JSON, text) this system's builds send, in the order a build
+        first sends them: a server prepares their model instances at start (Backend.prepare)."""
+        return ()
+
     def build_step(self, conversation_id: str, seal: bool, progress: Callable[[int], None] | None = None) -> Step:
         """Process every pending message of one conversation (resuming whatever an interruption left), calling
         `progress(1)` as each message of `pending` is taken in."""

@@ -83,6 +83,9 @@ class EventWeave(Component):
         super().__init__(memory)
         self.weaver = GraphWeaver(self.store, self.config.eventweave)
 
+    def generation_stages(self) -> tuple[str, ...]:
+        return ("ew-extract", "ew-summary")
+
     @property
     def before_key_existed(self) -> dict:
         """A store this system has built nothing in yet (a box memory it is added to) takes the config's settings."""

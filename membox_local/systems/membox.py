@@ -48,6 +48,13 @@ class BoxMemory(Component):
             self.weaver = Weaver(self.store, self.config)
             self.after_extract = self.weaver.weave
 
+    def generation_stages(self) -> tuple[str, ...]:
+        from ..judges import JUDGES
+
+        judge = JUDGES.get(self.config.loom.judge)
+        return ((("judge",) if judge is not None and judge.generates else ()) + ("extract",)
+                + (("link", "trace-init") if self.weaver is not None else ()))
+
     def build_settings(self) -> dict:
         out = super().build_settings()
         out.pop("extract.max_failed_share", None)  # when a build counts as failed, not what it writes
