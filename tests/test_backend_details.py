@@ -381,3 +381,53 @@ def test_make_backend_knows_every_backend():
     assert set(BACKENDS) == {"llamacpp", "openai", "vllm", "transformers"}
     with pytest.raises(ValueError, match="unknown LLM backend"):
         make_backend(smollm_cfg(backend="nope"))
+
+
+def test_llamacpp_prepare_makes_each_stage_instance_and_later_calls_answer_the_same(llamacpp_backend):
+    """The real engine: `prepare` makes the stages' instances up front (a server does it at start) and decodes a
+    short text in each; a request after it gets the same JSON as without it (greedy)."""
+    import dataclasses
+
+    b, cfg = llamacpp_backend, llamacpp_backend.cfg
+    try:
+        b.cfg = dataclasses.replace(cfg, stage_contexts=True)
+        b._stage_llms = {}
+        before = b.json_batch([json_req(1)])[0]
+        b._stage_llms = {}
+        b.prepare(["extract", "link"])
+        assert set(b._stage_llms) == {"extract", "link"} and b._stage_llms["extract"] is not b._stage_llms["link"]
+        after = b.json_batch([json_req(1)])[0]
+    finally:
+        b.cfg = cfg
+    assert isinstance(after, JsonResult) and after.data == before.data
+
+
+def test_a_memory_prepares_the_stages_its_systems_generate_in(tmp_path):
+    import dataclasses
+
+    from membox_local.backends.router import StageRouter
+    from membox_local.config import load_config
+    from membox_local.memory import Memory
+    from membox_local.testing import FakeBackend, FakeEmbedder
+
+    class Recording(FakeBackend):
+        def __init__(self):
+            super().__init__()
+            self.prepared: list[str] = []
+
+        def prepare(self, stages):
+            self.prepared += list(stages)
+
+    cfg = load_config("cpu-fast")
+    b = Recording()
+    Memory(tmp_path / "a", cfg, backend=b, embedder=FakeEmbedder()).prepare_build()
+    assert b.prepared == ["extract", "link", "trace-init"]  # embedding judge: no judge stage
+    cfg2 = dataclasses.replace(cfg, loom=dataclasses.replace(cfg.loom, judge="llm"),
+                               weaver=dataclasses.replace(cfg.weaver, enabled=False),
+                               memory=dataclasses.replace(cfg.memory, systems=["membox", "eventweave"]))
+    b2 = Recording()
+    Memory(tmp_path / "b", cfg2, backend=b2, embedder=FakeEmbedder()).prepare_build()
+    assert b2.prepared == ["judge", "extract", "ew-extract", "ew-summary"]
+    default, own = Recording(), Recording()  # a stage with a model of its own is prepared in that model
+    StageRouter(default, {"ew-extract": own}).prepare(["extract", "ew-extract", "ew-summary"])
+    assert default.prepared == ["extract", "ew-summary"] and own.prepared == ["ew-extract"]
