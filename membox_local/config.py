@@ -38,7 +38,7 @@ JUDGE_NAMES = ("embedding", "llm", "llm-logprob", "hybrid", "authors")
 # each memory system with the retrieval modes that read what it builds (systems.SYSTEMS is made from this), and the
 # modes that read stored messages alone; retrieval.register refuses a mode named in neither
 SYSTEM_MODES: dict[str, tuple[str, ...]] = {
-    "membox": ("compact", "trace", "box-hits", "box-hits-trace"),
+    "membox": ("compact", "trace", "box-hits", "box-hits-trace", "box-hits-events", "box-hits-said"),
     # event-graph-boxes reads the box memory's boxes too: it needs systems = ["membox", "eventweave"]
     "eventweave": ("event-graph", "event-graph-boxes"),
 }

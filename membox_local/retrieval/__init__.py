@@ -4,9 +4,10 @@ Each family of modes is one module; importing this package registers every mode 
 - `compact`, `trace` (compact.py): the paper's modes over whole boxes;
 - `turn-rag`, `chunk-rag`, `full-context` (baselines.py): message-only baselines;
 - `box-hits`, `box-hits-trace` (boxhits.py): rank single messages, read them inside their boxes;
+- `box-hits-events`, `box-hits-said` (eventkeys.py): box-hits with the records' events as keys, or shown;
 - `event-graph`, `event-graph-boxes` (eventgraph.py): EventWeave's events by recency, relevance and PageRank.
 """
-from . import baselines, boxhits, compact, eventgraph  # noqa: F401  (each registers its modes)
+from . import baselines, boxhits, compact, eventgraph, eventkeys  # noqa: F401  (each registers its modes)
 from .base import RETRIEVERS, Context, Retriever, count_tokens, make_retriever, register
 from .layout import (CHUNK_WORDS, Layout, box_index_text, chunk_session_messages, chunk_text, render_box,
                      render_messages)

@@ -204,13 +204,17 @@ class BoxHitsRetriever(Retriever):
         hits = np.argsort(-sims, kind="stable")[:k]
         candidates = np.unique(np.concatenate([bm.members[b] for b in bm.box_of[hits]]))
         order = candidates[np.lexsort((-sims[candidates], -prio[candidates]))]  # a hit before equal neighbours
-        layout = bm.layout(budget_tokens, self.headers, shown_render(self.memory.config))
+        layout = bm.layout(budget_tokens, self.headers, self.render(bm))
         self.fill(layout, bm, order, sims, prio, hits)
         ctx = layout.context()
         shown = dict.fromkeys(bm.box(m) for m in sorted(layout.messages, key=lambda m: (m.conversation_id, m.seq)))
         ctx.box_ids = [bm.boxes[b].id for b in shown if bm.boxes[b].id >= 0]
         ctx.scores = {bm.boxes[b].id: float(sims[bm.members[b]].max()) for b in shown if bm.boxes[b].id >= 0}
         return ctx
+
+    def render(self, bm: BoxMap) -> Callable[[Message], str]:
+        """How a shown message is written (the config's: dates resolved or not)."""
+        return shown_render(self.memory.config)
 
     def fill(self, layout: Layout, bm: BoxMap, order: np.ndarray, sims: np.ndarray, prio: np.ndarray,
              hits: np.ndarray) -> None:
