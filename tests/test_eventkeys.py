@@ -41,12 +41,16 @@ def test_an_event_is_a_key_to_the_lines_it_cites(memory):
     _file(memory)
     question = "Which ceramics course did she enroll in?"  # the event's words, not the lines'
     plain, keyed = make_retriever("box-hits", memory), make_retriever("box-hits-events", memory)
+    keyed.event_weight = 1.0  # the larger of a line's own cosine and its best event's
     bm = keyed.box_map(CONV)
     qv = memory.embedder.encode([question])[0]
     before, after = plain.relevance(bm, qv, question), keyed.relevance(bm, qv, question)
     cited = [i for i, m in enumerate(bm.messages) if m.message_id in ("D1:1", "D1:3")]
     assert all(after[i] > before[i] + 0.3 for i in cited)  # the event's cosine is their key now
     assert all(after[i] == before[i] for i in range(len(bm.messages)) if i not in cited)
+    keyed.event_weight = 0.0
+    assert (keyed.relevance(bm, qv, question) == before).all()  # weight 0 is box-hits
+    keyed.event_weight = 1.0
     ctx = keyed.retrieve(question, CONV, 1, 10**6)
     assert set(ctx.message_ids) == {"D1:1", "D1:2", "D1:3"}  # the cited lines' box
     said = make_retriever("box-hits-said", memory).retrieve(question, CONV, 1, 10**6)

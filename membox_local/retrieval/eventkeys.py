@@ -83,8 +83,9 @@ class _WithEvents(BoxHitsRetriever):
 class BoxHitsEventsRetriever(_WithEvents):
     name = "box-hits-events"
     # how far a message's dense relevance moves toward its best event's cosine where that is higher: 1 takes the
-    # larger of the two, 0 is box-hits (benchmarks/events_fit.py measures each)
-    event_weight = 1.0
+    # larger of the two, 0 is box-hits; 0.25 had the best recall of 0.25/0.5/1 at 250 and 1000 tokens on conv-26
+    # and conv-30 (`python benchmarks/events_fit.py --builds runs/builds-rec --conversations conv-26 conv-30`)
+    event_weight = 0.25
     event_words = False  # BM25 over each message's text and the events citing it (else over its text alone)
 
     def __init__(self, memory):
