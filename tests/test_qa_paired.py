@@ -1,0 +1,33 @@
+"""benchmarks/qa_paired.py: arms compared on the questions every one answered."""
+from __future__ import annotations
+
+import json
+
+from conftest import benchmark_script
+
+
+def _run(folder, mode, budget, answered):
+    folder.mkdir()
+    lines = []
+    for qid, f1 in answered:
+        lines.append({"conversation": "c", "qid": qid, "category": 2, "mode": mode, "qa_budget": budget,
+                      "context_tokens": budget - 3, "qa_recall": 1.0, "answer_s": 2.0,
+                      "scores": {"locomo_f1": f1, "mem0_f1": f1, "mem0_bleu1": f1 / 2}})
+    lines.append({"conversation": "c", "qid": 99, "category": 2, "mode": mode, "qa_budget": budget,
+                  "context_tokens": 0, "scores": None})  # retrieval only: not an answer
+    (folder / "questions.jsonl").write_text("\n".join(map(json.dumps, lines)) + "\n")
+    return folder
+
+
+def test_arms_are_scored_on_the_questions_all_of_them_answered(tmp_path):
+    qp = benchmark_script("qa_paired")
+    a = _run(tmp_path / "a", "box-hits", 500, [(1, 0.5), (2, 1.0), (3, 0.0)])
+    b = _run(tmp_path / "b", "box-hits", 1000, [(1, 1.0), (2, 1.0)])  # stopped before question 3
+    common, table = qp.paired(qp.arms([a, b]))
+    assert common == [("c", 1), ("c", 2)]
+    assert table["box-hits@500"]["locomo_f1"] == 75.0 and table["box-hits@1000"]["locomo_f1"] == 100.0
+    assert table["box-hits@500"]["questions"] == 2 and table["box-hits@1000"]["context_tokens"] == 997
+    out = tmp_path / "out.json"
+    assert qp.main([str(a), str(b), "--save", str(out)]) == 0
+    saved = json.loads(out.read_text())
+    assert [q["qid"] for q in saved["per_question"]] == [1, 2] and "question" not in saved["per_question"][0]
