@@ -39,7 +39,7 @@ REFUSALS = (InputError, StoreError, ConfigError, ModelNotFound, BackendError)  #
 
 def create_mcp(service: Service):
     """An MCPServer whose tools call `service`; the first session starts its filer."""
-    from mcp.server.mcpserver import MCPServer
+    from mcp.server.mcpserver import Context, MCPServer
     from mcp.server.mcpserver.exceptions import ToolError
     from mcp.types import ToolAnnotations
     from pydantic import Field
@@ -77,10 +77,24 @@ def create_mcp(service: Service):
         return {"results": call(service.search, query, conversation_id, k)}
 
     @mcp.tool(structured_output=True, annotations=reads)
-    def answer(question: m.Query, conversation_id: m.Id | None = None, today: m.Today | None = None) -> dict[str, Any]:
+    async def answer(question: m.Query, conversation_id: m.Id | None = None, today: m.Today | None = None,
+                     ctx: Context = None) -> dict[str, Any]:
         """Answer a question from the memory of a conversation, with the boxes the answer was read from. `today`:
-        when the question is asked (e.g. 2024-06-20): the answer then knows how long ago each memory was."""
-        return call(service.answer, question, conversation_id, today=today or "")
+        when the question is asked (e.g. 2024-06-20): the answer then knows how long ago each memory was. A call
+        that asks for progress (a progressToken) gets the answer so far in each progress notification's message
+        while the model writes it."""
+        import anyio
+
+        events = await anyio.to_thread.run_sync(lambda: call(service.answer_stream, question, conversation_id,
+                                                             today=today or ""))
+        written, n = "", 0
+        while True:  # the iterator waits on the answering thread: read it from a worker thread
+            kind, data = await anyio.to_thread.run_sync(lambda: call(next, events))
+            if kind == "answer":
+                return data
+            written, n = written + data["text"], n + 1
+            if ctx is not None:
+                await ctx.report_progress(n, None, written)
 
     @mcp.tool(structured_output=True, annotations=reads)
     def get_memories(conversation_id: m.Id, kind: m.Kind = "boxes",

@@ -17,7 +17,7 @@ LAYERS: list[tuple[str, set[str]]] = [
                                        "terminal", "argtypes", "config", "seams"}),
     ("retrieval contract", {"retrieval.base", "retrieval.layout"}),
     ("retrieval modes", {"retrieval", "retrieval.baselines", "retrieval.compact", "retrieval.boxhits",
-                         "retrieval.lexical", "retrieval.eventgraph"}),
+                         "retrieval.lexical", "retrieval.eventgraph", "retrieval.eventkeys"}),
     ("registry", {"systems"}),
     ("storage, models, input", {"store", "store_lock", "store_connections", "index", "weights", "ingest", "prompts", "backends",
                                 "backends.llamacpp", "backends.openai", "backends.vllm", "backends.transformers",

@@ -425,6 +425,15 @@ def test_mcp_tools_over_streamable_http(tmp_path, cfg):
             assert any("half marathon" in m["text"] for m in got["results"][0]["box"]["messages"])
             got, error = await call(client, "answer", question=QUESTION)
             assert not error and got["answer"] and got["boxes"]
+            seen = []  # a call that asks for progress gets the answer so far as the model writes it
+
+            async def progress(n, total, message):
+                seen.append((n, message))
+
+            res = await client.call_tool("answer", {"question": QUESTION}, progress_callback=progress)
+            assert not res.is_error and len(seen) > 1 and [n for n, _ in seen] == list(range(1, len(seen) + 1))
+            assert all(b.startswith(a) for (_, a), (_, b) in zip(seen, seen[1:]))  # each says more of the same
+            assert " ".join(seen[-1][1].split()) == " ".join(res.structured_content["answer"].split())
             got, error = await call(client, "answer", question=QUESTION, today="2030-01-01")
             assert not error and got["answer"]
             text, error = await call(client, "answer", question=QUESTION, today="someday")
