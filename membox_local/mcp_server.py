@@ -37,6 +37,23 @@ INSTRUCTIONS = (
 REFUSALS = (InputError, StoreError, ConfigError, ModelNotFound, BackendError)  # a tool error of one line
 
 
+async def streamed(start: Callable[[], Any], step: Callable[[Any], tuple[str, dict]], ctx) -> dict[str, Any]:
+    """An answer from Service.answer_stream's events (`start()` retrieves and gives them, `step(events)` the next),
+    each read on a worker thread (they wait on the answering thread); the answer so far goes out as the message of
+    a progress notification after each piece (sent only to a call that asked for progress)."""
+    import anyio
+
+    events = await anyio.to_thread.run_sync(start)
+    written, n = "", 0
+    while True:
+        kind, data = await anyio.to_thread.run_sync(step, events)
+        if kind == "answer":
+            return data
+        written, n = written + data["text"], n + 1
+        if ctx is not None:
+            await ctx.report_progress(n, None, written)
+
+
 def create_mcp(service: Service):
     """An MCPServer whose tools call `service`; the first session starts its filer."""
     from mcp.server.mcpserver import Context, MCPServer
@@ -83,18 +100,8 @@ def create_mcp(service: Service):
         when the question is asked (e.g. 2024-06-20): the answer then knows how long ago each memory was. A call
         that asks for progress (a progressToken) gets the answer so far in each progress notification's message
         while the model writes it."""
-        import anyio
-
-        events = await anyio.to_thread.run_sync(lambda: call(service.answer_stream, question, conversation_id,
-                                                             today=today or ""))
-        written, n = "", 0
-        while True:  # the iterator waits on the answering thread: read it from a worker thread
-            kind, data = await anyio.to_thread.run_sync(lambda: call(next, events))
-            if kind == "answer":
-                return data
-            written, n = written + data["text"], n + 1
-            if ctx is not None:
-                await ctx.report_progress(n, None, written)
+        return await streamed(lambda: call(service.answer_stream, question, conversation_id, today=today or ""),
+                              lambda events: call(next, events), ctx)
 
     @mcp.tool(structured_output=True, annotations=reads)
     def get_memories(conversation_id: m.Id, kind: m.Kind = "boxes",
