@@ -87,6 +87,27 @@ $(VLLM_STAMP): pyproject.toml Makefile
 	$(VLLM_VENV)/bin/python -c "import vllm, transformers, llama_cpp, membox_local"
 	touch $@
 
+# The peers of `python -m benchmarks.peers` (docs/peers.md) in a venv of their own (.venv-peers): mem0 and A-Mem are
+# never dependencies of membox_local, and `make test` does not need them. CPU torch first (as for .venv), then the
+# peers at the versions measured; the harness runs in .venv and starts their workers with .venv-peers/bin/python.
+PEERS_VENV ?= .venv-peers
+PEERS_STAMP := $(PEERS_VENV)/.membox-peers-installed
+PEER_PACKAGES := mem0ai==2.2.1 a-mem==0.2.6
+
+.PHONY: install-peers
+install-peers: $(PEERS_STAMP)
+
+$(PEERS_STAMP): Makefile
+	test -x $(PEERS_VENV)/bin/python || $(PY) -m venv $(PEERS_VENV)
+	$(PEERS_VENV)/bin/pip install -q --upgrade pip wheel
+	$(PEERS_VENV)/bin/pip install -q torch==2.13.0
+	$(PEERS_VENV)/bin/pip install -q $(PEER_PACKAGES)
+	HF_HUB_OFFLINE=1 MEM0_TELEMETRY=False ANONYMIZED_TELEMETRY=False LITELLM_LOCAL_MODEL_COST_MAP=True \
+		$(PEERS_VENV)/bin/python -c "import mem0, qdrant_client, sentence_transformers, agentic_memory.memory_system; \
+		from mem0 import Memory; print('peers: mem0', __import__('importlib.metadata').metadata.version('mem0ai'), \
+		'a-mem', __import__('importlib.metadata').metadata.version('a-mem'))"
+	touch $@
+
 # the backend contract test and the demo build on the real vLLM engine (CPU build)
 test-vllm: $(VLLM_STAMP)
 	VLLM_CPU_KVCACHE_SPACE=2 $(VLLM_VENV)/bin/python -m pytest -q -m vllm tests/test_vllm_real.py tests/test_backend_contract.py

@@ -1,0 +1,149 @@
+"""Figures of a saved peers run, per system (pooled over its conversations), and the markdown table of them.
+
+Per message: build seconds, LLM calls, prompt and generated tokens (sums over the conversations / messages).
+Per question: answer seconds, context tokens, every scorer's mean, and the LoCoMo F1 of each category; evidence
+recall where the system gave sources. The issue's targets are checked below the table: membox_local's LoCoMo F1
+above every peer's, and at least 3x fewer build seconds per message than mem0.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+CATEGORY_NAMES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop", 5: "adversarial"}
+LABELS = {"membox": "membox_local (default)", "mem0": "mem0", "amem": "A-Mem"}
+SPEED_TARGET = 3.0  # build seconds per message: mem0's at least this many times membox_local's
+
+
+def _mean(xs) -> float | None:
+    xs = [x for x in xs if x is not None]
+    return sum(xs) / len(xs) if xs else None
+
+
+def _per(total: float | None, n: int) -> float | None:
+    return total / n if total is not None and n else None
+
+
+def summarise_system(entry: dict) -> dict:
+    """One system's pooled figures from its saved entry."""
+    convs = [c for c in entry.get("conversations", {}).values() if "build" in c]
+    builds = [c["build"] for c in convs]
+    qs = [q for c in convs for q in c.get("questions", []) if "scores" in q]
+    unanswered = sum(1 for c in convs for q in c.get("questions", []) if "scores" not in q)
+    n = sum(b["messages"] for b in builds)
+
+    def total(key):
+        vals = [b.get(key) for b in builds]
+        return None if not vals or any(v is None for v in vals) else sum(vals)
+
+    out = {
+        "status": entry.get("status", "?"), "reason": entry.get("reason", ""), "messages": n, "questions": len(qs),
+        "build_s_per_message": _per(total("build_s"), n),
+        "llm_calls_per_message": _per(total("llm_calls"), n),
+        "prompt_tokens_per_message": _per(total("prompt_tokens"), n),
+        "completion_tokens_per_message": _per(total("completion_tokens"), n),
+        "failed_messages": total("failed_messages") or 0,
+        "degraded_messages": total("degraded_messages") or 0,
+        "answer_s": _mean(q["answer_s"] for q in qs),
+        "search_s": _mean(q.get("search_s") for q in qs),
+        "context_tokens": _mean(q["context_tokens"] for q in qs),
+        "recall": _mean(q.get("recall") for q in qs),
+        "sources": entry.get("sources", ""),
+        "errors": [c["error"] for c in entry.get("conversations", {}).values() if "error" in c],
+        "questions_failed": unanswered,
+    }
+    for metric in ("locomo_f1", "mem0_f1", "mem0_bleu1"):
+        out[metric] = _mean(q["scores"][metric] for q in qs)
+    out["by_category"] = {cat: {"questions": len(sel), "locomo_f1": _mean(q["scores"]["locomo_f1"] for q in sel)}
+                          for cat in sorted({q["category"] for q in qs})
+                          for sel in [[q for q in qs if q["category"] == cat]]}
+    return out
+
+
+def summarise(results: dict) -> dict[str, dict]:
+    return {name: summarise_system(entry) for name, entry in results.get("systems", {}).items()}
+
+
+def _f(x, digits: int = 2, pct: bool = False) -> str:
+    if x is None:
+        return "-"
+    return f"{100 * x:.1f}" if pct else f"{x:.{digits}f}"
+
+
+def table(results: dict) -> list[str]:
+    rows = summarise(results)
+    cats = sorted({c for r in rows.values() for c in r["by_category"]})
+    head = (["system", "build s/msg", "LLM calls/msg", "prompt tok/msg", "gen tok/msg", "failed (degraded) msgs",
+             "questions", "answer s/q", "ctx tokens", "LoCoMo F1", "mem0 F1", "BLEU-1", "evidence recall"]
+            + [f"F1 {c} {CATEGORY_NAMES.get(c, '')}" for c in cats])
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for name, r in rows.items():
+        label = LABELS.get(name, name)
+        if r["status"] in ("unavailable", "failed"):
+            lines.append(f"| {label} | {r['status']}: {r['reason'][:160]} |" + " |" * (len(head) - 2))
+            continue
+        cells = [label, _f(r["build_s_per_message"]), _f(r["llm_calls_per_message"]),
+                 _f(r["prompt_tokens_per_message"], 0), _f(r["completion_tokens_per_message"], 1),
+                 f"{r['failed_messages']} ({r['degraded_messages']})",
+                 str(r["questions"]) + (f" (+{r['questions_failed']} failed)" if r["questions_failed"] else ""),
+                 _f(r["answer_s"]),
+                 _f(r["context_tokens"], 0), _f(r["locomo_f1"], pct=True), _f(r["mem0_f1"], pct=True),
+                 _f(r["mem0_bleu1"], pct=True), _f(r["recall"], pct=True)]
+        cells += [_f(r["by_category"].get(c, {}).get("locomo_f1"), pct=True) for c in cats]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def targets(results: dict) -> list[str]:
+    """The issue's two targets, met or missed and by how much."""
+    rows = summarise(results)
+    ours = rows.get("membox")
+    if not ours or ours["locomo_f1"] is None:
+        return ["- targets: no membox_local row to compare with"]
+    out = []
+    for name, r in rows.items():
+        if name == "membox" or r["locomo_f1"] is None:
+            continue
+        gap = 100 * (ours["locomo_f1"] - r["locomo_f1"])
+        out.append(f"- LoCoMo F1, membox_local {_f(ours['locomo_f1'], pct=True)} against {LABELS.get(name, name)} "
+                   f"{_f(r['locomo_f1'], pct=True)}: {'met' if gap > 0 else 'missed'} ({gap:+.1f} points)")
+    mem0 = rows.get("mem0")
+    if mem0 and mem0["build_s_per_message"] and ours["build_s_per_message"]:
+        ratio = mem0["build_s_per_message"] / ours["build_s_per_message"]
+        out.append(f"- build seconds per message, mem0 / membox_local = {ratio:.2f}x (target {SPEED_TARGET:.0f}x): "
+                   f"{'met' if ratio >= SPEED_TARGET else 'missed'}")
+    return out
+
+
+def markdown(results: dict) -> str:
+    convs = results.get("conversations", {})
+    lines = [f"Peers on the same models: {', '.join(convs)} "
+             f"({sum(c['messages'] for c in convs.values())} messages, "
+             f"{sum(c['questions'] for c in convs.values())} questions), budget {results.get('budget_tokens')} tokens, "
+             f"{results.get('date', '')}, {results.get('machine', {}).get('cpu', '')}", ""]
+    lines += table(results)
+    lines += [""] + targets(results)
+    notes = [f"- evidence recall of {LABELS.get(n, n)}: {r['sources']}" for n, r in summarise(results).items()
+             if r["recall"] is not None and r["sources"]]
+    errors = [f"- {LABELS.get(n, n)}: {e}" for n, r in summarise(results).items() for e in r["errors"]]
+    return "\n".join(lines + notes + errors) + "\n"
+
+
+def load(path: str | Path) -> dict:
+    return json.loads(Path(path).read_text())
+
+
+def merge(runs: list[dict]) -> dict:
+    """Runs of the same conversations and budget (say one system per run, one after another) as one: the first
+    run's header, every run's systems (a later run's row of the same system replaces an earlier one)."""
+    first = runs[0]
+    for other in runs[1:]:
+        for key in ("conversations", "budget_tokens", "answer_model", "build_model"):
+            if other.get(key) != first.get(key):
+                raise SystemExit(f"these runs differ in {key}: {first.get(key)} against {other.get(key)}; "
+                                 "only runs of the same slice and settings share a table")
+    merged = {**first, "systems": {}}
+    for run in runs:
+        merged["systems"].update(run.get("systems", {}))
+    merged["commands"] = [run.get("command", "") for run in runs]
+    return merged
