@@ -247,7 +247,7 @@ class EventWeaveConfig:
 class RetrieveConfig:
     mode: str = "box-hits"  # a mode of membox_local.retrieval or of a configured memory system
     k: int = _opt(10, lo=1)
-    budget_tokens: int = _opt(1500, lo=1)
+    budget_tokens: int = _opt(1000, lo=1)
     event_k: int = _opt(2, lo=0)
     # shown messages get relative time ("yesterday", "last week") resolved against their session's date
     resolve_dates: bool = True

@@ -540,8 +540,14 @@ BENCHMARKS_FIGURES = [
               for b in BUDGETS]),
     ("**{} 5xx, {} tracebacks**; {} adds, each stored once ({} filed); search p50 {} s, p95 {} s; resident memory **{} MB "
      "after the first minute** beyond what the indexes took on ({} MB;", lambda: soak_row("soak-cpu-fast.json", "serve")),
-    ("| {} | {} | {} | {} | {} |", lambda: vllm_batching(16)),
-    ("| {} | {} | {} | {} | {} |", lambda: vllm_batching(4)),
+    ("N = {}, {} against {} s ({}x;", lambda: vllm_batching(16)),
+    ("N = {}, {} against {} s ({}x;", lambda: vllm_batching(4)),
+    ("| **box-hits, 1000 tokens (the default budget now; before 1500)** | {} | **{}** | **{}** |",
+     lambda: qa_arm("box-hits@1000")),
+    ("| box-hits, 500 tokens | {} | {} | {} |", lambda: qa_arm("box-hits@500")),
+    ("| box-hits-said, 500 tokens (each line followed by its events) | {} | {} | {} |",
+     lambda: qa_arm("box-hits-said@500")),
+    ("| turn-rag, its ten best turns | {} | {} | {} |", lambda: qa_arm("turn-rag@1000")),
     ("| demo conversation | {} | {} / {} | {} / {} | {} |", lambda: vllm_compare()),
     ("| **box-hits** | **{}** | **{}** | {} | {} | {} | {} | {} |", lambda: lme_qa_row(LME_QA98, "box-hits")),
     ("| turn-rag | {} | {} | {} | {} | {} | {} | {} |", lambda: lme_qa_row(LME_QA98, "turn-rag")),
@@ -622,7 +628,13 @@ def vllm_batching(n: int) -> list:
     """A row of the vLLM batching table from benchmarks/results/vllm-cpu-smoke.json."""
     rows = json.loads((RESULTS / "vllm-cpu-smoke.json").read_text())["batching"]["rows"]
     r = next(r for r in rows if r["N"] == n)
-    return [n, r["turns"], f"{r['one_at_a_time_s']:.1f}", f"{r['batched_s']:.1f}", f"{r['speedup']:.2f}"]
+    return [n, f"{r['one_at_a_time_s']:.1f}", f"{r['batched_s']:.1f}", f"{r['speedup']:.2f}"]
+
+
+def qa_arm(arm: str) -> list:
+    """An arm of BENCHMARKS.md's budget table (benchmarks/qa_paired.py's saved comparison)."""
+    t = load("locomo-qa-budgets.json")["arms"][arm]
+    return [t["questions"], t["locomo_f1"], t["mem0_f1"]]
 
 
 def soak_row(name: str, kind: str) -> list:

@@ -194,7 +194,7 @@ def test_a_minute_of_mixed_load_on_the_real_server_has_no_500_and_loses_nothing(
     assert S.verdicts(res) == [], res["statuses"]
     assert res["accepted"] > 20 and res["routes"]["search"]["requests"] > 10
     held = res["indexes_mb"]  # the server's own account of its indexes, read at the end of warm-up and at the end
-    assert held["warm"] is not None and held["end"] >= held["warm"] > 0
+    assert held["warm"] is not None and held["end"] >= held["warm"] >= 0  # cpu-fast's compact mode: a boxes index
     assert res["growth_beyond_data_mb"] is not None
 
 
