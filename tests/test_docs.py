@@ -548,6 +548,7 @@ BENCHMARKS_FIGURES = [
     ("| box-hits-said, 500 tokens (each line followed by its events) | {} | {} | {} |",
      lambda: qa_arm("box-hits-said@500")),
     ("| turn-rag, its ten best turns | {} | {} | {} |", lambda: qa_arm("turn-rag@1000")),
+    ("warm {} / {} / {}, cold `membox ask` {} / {} / {}", lambda: latency("warm") + latency("cold")),
     ("| demo conversation | {} | {} / {} | {} / {} | {} |", lambda: vllm_compare()),
     ("| **box-hits** | **{}** | **{}** | {} | {} | {} | {} | {} |", lambda: lme_qa_row(LME_QA98, "box-hits")),
     ("| turn-rag | {} | {} | {} | {} | {} | {} | {} |", lambda: lme_qa_row(LME_QA98, "turn-rag")),
@@ -629,6 +630,12 @@ def vllm_batching(n: int) -> list:
     rows = json.loads((RESULTS / "vllm-cpu-smoke.json").read_text())["batching"]["rows"]
     r = next(r for r in rows if r["N"] == n)
     return [n, f"{r['one_at_a_time_s']:.1f}", f"{r['batched_s']:.1f}", f"{r['speedup']:.2f}"]
+
+
+def latency(mode: str) -> list:
+    """p50 seconds per answer at 500 / 1000 / 1500 tokens (benchmarks/answer_latency.py's saved run)."""
+    phases = {(p["budget"], p["mode"]): p for p in load("answer-latency.json")["phases"]}
+    return [f"{phases[(b, mode)]['p50_s']:.1f}" for b in (500, 1000, 1500)]
 
 
 def qa_arm(arm: str) -> list:
