@@ -19,7 +19,7 @@ import sys
 import time
 from pathlib import Path
 
-from lexical_fit import BUDGETS, locomo_items
+from lexical_fit import BUDGETS, locomo_items, sweep_arguments
 
 from membox_local.config import load_config
 from membox_local.evaluation.locomo import FILL_K, Shared, evidence_recall, open_build
@@ -42,13 +42,7 @@ def retrievers(mem, weights) -> dict[str, BoxHitsRetriever]:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--data", default="")
-    p.add_argument("--config", default="cpu-ce")
-    p.add_argument("--stride", type=int, default=1)
-    p.add_argument("--conversations", nargs="*", default=[], help="LoCoMo sample ids (default: all)")
-    p.add_argument("--builds", required=True)
-    p.add_argument("--weights", type=float, nargs="*", default=list(WEIGHTS))
-    p.add_argument("--save", type=Path)
+    sweep_arguments(p, WEIGHTS)
     a = p.parse_args(argv)
     cfg = load_config(a.config)
     shared, per_q = Shared(cfg), {}
@@ -71,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     for name, row in pooled.items():
         print(f"| {name} | " + " | ".join(f"{x:.1f}" for x in row.values()) + " |")
     if a.save:
-        a.save.write_text(json.dumps({"command": "python benchmarks/events_fit.py " + " ".join(argv or sys.argv[1:]),
+        Path(a.save).write_text(json.dumps({"command": "python benchmarks/events_fit.py " + " ".join(argv or sys.argv[1:]),
                                       "date": time.strftime("%Y-%m-%d"), "config": a.config,
                                       "questions": len(next(iter(per_q.values()), {})), "pooled": pooled,
                                       "per_question": per_q}, indent=1) + "\n")

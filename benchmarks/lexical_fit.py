@@ -66,16 +66,21 @@ def variants(weights) -> dict[str, tuple[float, float]]:
     return {"dense": (1.0, 0.0), "bm25": (0.0, 1.0), **{f"w={w:g}": (1.0, w) for w in weights}}
 
 
-def fit(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="lexical_fit.py fit")
-    p.add_argument("dataset", choices=("locomo", "longmemeval"))
+def sweep_arguments(p: argparse.ArgumentParser, weights) -> None:
+    """The options of a recall sweep over existing builds (this script's `fit`, events_fit.py)."""
     p.add_argument("--data", default="")
     p.add_argument("--config", default="cpu-ce")
     p.add_argument("--stride", type=int, default=1)
     p.add_argument("--conversations", nargs="*", default=[], help="LoCoMo sample ids (default: all)")
     p.add_argument("--builds", required=True)
-    p.add_argument("--weights", type=float, nargs="*", default=list(WEIGHTS))
+    p.add_argument("--weights", type=float, nargs="*", default=list(weights))
     p.add_argument("--save", default="")
+
+
+def fit(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="lexical_fit.py fit")
+    p.add_argument("dataset", choices=("locomo", "longmemeval"))
+    sweep_arguments(p, WEIGHTS)
     a = p.parse_args(argv)
     cfg = load_config(a.config)
     items = locomo_items(a) if a.dataset == "locomo" else lme_items(a)
