@@ -278,10 +278,13 @@ class LlamaCppBackend(Backend):
         sentence = self.tokenize("A text decoded once so that this instance's buffers are in use. ", special=False)
         size = max(1, min(self.cfg.n_batch, self.cfg.n_ctx // 2))
         warm = (sentence * (size // len(sentence) + 1))[:size]
+        done: set[int] = set()
         for stage in stages:
             llm = self._context(stage)
-            llm.reset()
-            llm.eval(warm)
+            if id(llm) not in done:  # stages that share an instance warm it once
+                done.add(id(llm))
+                llm.reset()
+                llm.eval(warm)
 
     def _complete(self, prompt: Prompt, max_tokens: int, grammar=None, llm=None) -> tuple[str, Usage, str]:
         llm = llm or self.llm
