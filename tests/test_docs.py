@@ -290,10 +290,11 @@ README_FIGURES = [
      "penalty)", LME_RECALL, "modes.*.retrieval.recall@1000",
      lambda: [str(len({r["qid"] for r in records(LME_RECALL.replace(".json", ".jsonl.gz")) if not r["abstention"]}))]
      + [lme(LME_RECALL, m, "retrieval", "recall@1000") for m in ("box-hits", "turn-rag", "turn-rag:length-cost")]),
-    ("{} s and {} LLM prompt tokens per message, against {} s and {} with cpu.toml ({}x the messages per second)",
-     SPEED.format("conv30"), "rows[conv-30]: after_s_per_msg, per_message.after.all.prompt_tokens, the same "
-     "before, ratio",
-     lambda: speed_conv30()),
+    ("{} s per message with records that cite their lines ({} s and {} LLM prompt tokens before them), against {} s "
+     "and {} with cpu.toml before them", SPEED.format("conv30"),
+     "rows[conv-30]: after_s_per_msg; then per_message.after.all.prompt_tokens, the same before",
+     lambda: [f"{json.loads((RESULTS / 'build-speed-models-conv30.json').read_text())['rows'][0]['after_s_per_msg']:.2f}"]
+     + speed_conv30()[:4]),
     ("judged right {}% with box-hits, {}% with turn-rag and {}% with full-context (deterministic {} / {} / {})",
      LME_QA98, "modes.*.qa.judge, right",
      lambda: [lme(LME_QA98, m, "qa", "judge") for m in LME_MODES] + [lme(LME_QA98, m, "qa", "right") for m in LME_MODES]),
