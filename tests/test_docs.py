@@ -293,7 +293,7 @@ README_FIGURES = [
     ("{} s per message with records that cite their lines ({} s and {} LLM prompt tokens before them), against {} s "
      "and {} with cpu.toml before them", SPEED.format("conv30"),
      "rows[conv-30]: after_s_per_msg; then per_message.after.all.prompt_tokens, the same before",
-     lambda: [f"{json.loads((RESULTS / 'build-speed-models-conv30.json').read_text())['rows'][0]['after_s_per_msg']:.2f}"]
+     lambda: [f"{(r := json.loads((RESULTS / 'build-speed-models-conv30.json').read_text())['rows'][0])['after_s'] / r['messages']:.2f}"]
      + speed_conv30()[:4]),
     ("judged right {}% with box-hits, {}% with turn-rag and {}% with full-context (deterministic {} / {} / {})",
      LME_QA98, "modes.*.qa.judge, right",
