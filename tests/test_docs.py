@@ -293,8 +293,7 @@ README_FIGURES = [
     ("{} s per message with records that cite their lines ({} s and {} LLM prompt tokens before them), against {} s "
      "and {} with cpu.toml before them", SPEED.format("conv30"),
      "rows[conv-30]: after_s_per_msg; then per_message.after.all.prompt_tokens, the same before",
-     lambda: [f"{(r := json.loads((RESULTS / 'build-speed-models-conv30.json').read_text())['rows'][0])['after_s'] / r['messages']:.2f}"]
-     + speed_conv30()[:4]),
+     lambda: [models_conv30_s_per_message()] + speed_conv30()[:4]),
     ("judged right {}% with box-hits, {}% with turn-rag and {}% with full-context (deterministic {} / {} / {})",
      LME_QA98, "modes.*.qa.judge, right",
      lambda: [lme(LME_QA98, m, "qa", "judge") for m in LME_MODES] + [lme(LME_QA98, m, "qa", "right") for m in LME_MODES]),
@@ -419,6 +418,12 @@ def speed_run(conversation: str) -> dict:
     (row,) = load(SPEED.format(conversation.replace("-", "")))["rows"]
     assert row["conversation"] == conversation
     return row
+
+
+def models_conv30_s_per_message() -> str:
+    """The default's seconds per message on conv-30 with records that cite their lines (build_speed.py, alone)."""
+    row = json.loads((RESULTS / "build-speed-models-conv30.json").read_text())["rows"][0]
+    return f"{row['after_s'] / row['messages']:.2f}"
 
 
 def speed_conv30() -> list[str]:
