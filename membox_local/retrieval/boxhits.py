@@ -122,7 +122,7 @@ def box_map(memory: "MemoryView", messages: list[Message], vectors: np.ndarray, 
     windows = window_vectors(messages, members) if messages else vectors
     centroids = np.stack([vectors[idx].mean(axis=0) for idx in members]) if members else vectors[:0]
     return BoxMap(messages, vectors, box_of, boxes, members, position, windows=windows,
-                  centroids=_unit(centroids), scope=conversation_id)
+                  centroids=unit(centroids), scope=conversation_id)
 
 
 def box_chunk_vectors(memory: "MemoryView", messages: list[Message], members: list[np.ndarray],
@@ -139,10 +139,10 @@ def box_chunk_vectors(memory: "MemoryView", messages: list[Message], members: li
     windows = np.zeros((len(messages), vecs.shape[1]), dtype=vecs.dtype)
     for c, v in zip(chunks, vecs):
         windows[c] = v
-    return _unit(windows)
+    return unit(windows)
 
 
-def _unit(x: np.ndarray) -> np.ndarray:
+def unit(x: np.ndarray) -> np.ndarray:
     norms = np.linalg.norm(x, axis=1, keepdims=True)
     return x / np.where(norms > 0, norms, 1.0)
 
@@ -178,9 +178,17 @@ class BoxHitsRetriever(Retriever):
     def relevance(self, bm: BoxMap, qv: np.ndarray, question: str = "") -> np.ndarray:
         """Every message's relevance: the mean of its own and its window's cosine to the question vector `qv`,
         plus `lexical_weight` x its normalised BM25 score for `question` (none without a question)."""
-        rel = self.dense_weight * 0.5 * (bm.vectors @ qv + bm.windows @ qv)
+        rel = self.dense_weight * self.dense(bm, qv)
         w = self.memory.config.retrieve.lexical_weight if self.lexical_weight is None else self.lexical_weight
-        return rel + w * bm.lexical_index().normalised(question) if w and question.strip() else rel
+        return rel + w * self.lexical(bm).normalised(question) if w and question.strip() else rel
+
+    def dense(self, bm: BoxMap, qv: np.ndarray) -> np.ndarray:
+        """Every message's dense relevance: the mean of its own and its window's cosine to `qv`."""
+        return 0.5 * (bm.vectors @ qv + bm.windows @ qv)
+
+    def lexical(self, bm: BoxMap) -> LexicalIndex:
+        """The BM25 index the relevance reads (the scope's messages)."""
+        return bm.lexical_index()
 
     def priorities(self, bm: BoxMap, qv: np.ndarray, question: str = "") -> tuple[np.ndarray, np.ndarray]:
         """(relevance, priority) of every message (see the module docstring)."""

@@ -22,7 +22,7 @@ import numpy as np
 
 from ..records import Message
 from .base import register
-from .boxhits import BoxHitsRetriever, BoxMap
+from .boxhits import BoxHitsRetriever, BoxMap, unit
 from .layout import shown_render
 from .lexical import LexicalIndex
 
@@ -31,39 +31,41 @@ SAID_PREFIX = "  -> "  # how box-hits-said marks an event under its line
 
 @dataclass
 class MessageEvents:
-    """One scope's events by the messages they cite: `texts[i]` the events citing message i (in box order), and
-    the best cosine of one of them to a question (`best`)."""
+    """One scope's events by the messages they cite: `texts[i]` the events citing message i (in box order), `at`
+    (conversation id, message id) -> i, and the best cosine of one of them to a question (`best`)."""
 
     texts: list[list[str]]
+    at: dict[tuple[str, str], int]
     owner: np.ndarray  # event index -> message index it cites (an event citing two lines appears twice)
     vectors: np.ndarray  # event index -> unit vector of its text
 
-    def best(self, qv: np.ndarray, n_messages: int) -> np.ndarray:
+    def best(self, qv: np.ndarray) -> np.ndarray:
         """Message index -> the best cosine of an event citing it to `qv` (-1 where none does)."""
-        out = np.full(n_messages, -1.0)
+        out = np.full(len(self.texts), -1.0)
         if len(self.owner):
             np.maximum.at(out, self.owner, self.vectors @ qv)
         return out
 
+    def of(self, m: Message) -> list[str]:
+        return self.texts[self.at[(m.conversation_id, m.message_id)]]
+
 
 def message_events(memory, bm: BoxMap) -> MessageEvents:
     """The events of the scope's boxes, each placed at the messages it cites (by message id, in its conversation)."""
-    index = {(m.conversation_id, m.message_id): i for i, m in enumerate(bm.messages)}
+    at = {(m.conversation_id, m.message_id): i for i, m in enumerate(bm.messages)}
     texts: list[list[str]] = [[] for _ in bm.messages]
     owner: list[int] = []
     shown: list[str] = []
     for box in bm.boxes:
         for e in box.events:
             for source in dict.fromkeys(e.sources or ()):
-                i = index.get((e.conversation_id, source))
+                i = at.get((e.conversation_id, source))
                 if i is not None and e.text not in texts[i]:
                     texts[i].append(e.text)
                     owner.append(i)
                     shown.append(e.text)
-    dim = bm.vectors.shape[1] if bm.vectors.ndim == 2 else 0
-    vectors = memory.embedder.encode(shown) if shown else np.zeros((0, dim), dtype=np.float32)
-    norms = np.linalg.norm(vectors, axis=1, keepdims=True) if len(shown) else np.ones((0, 1))
-    return MessageEvents(texts, np.array(owner, dtype=np.int64), vectors / np.where(norms > 0, norms, 1.0))
+    vectors = unit(memory.embedder.encode(shown)) if shown else np.zeros((0, bm.vectors.shape[-1]), np.float32)
+    return MessageEvents(texts, at, np.array(owner, dtype=np.int64), vectors)
 
 
 class _WithEvents(BoxHitsRetriever):
@@ -92,30 +94,23 @@ class BoxHitsEventsRetriever(_WithEvents):
         super().__init__(memory)
         self._lexical: dict[str | None, LexicalIndex] = {}
 
-    def relevance(self, bm: BoxMap, qv: np.ndarray, question: str = "") -> np.ndarray:
-        """box-hits' relevance, its dense part moved `event_weight` of the way to its best event's cosine where
-        that is higher; BM25 over the messages (with `event_words`, their events' words too)."""
-        own = 0.5 * (bm.vectors @ qv + bm.windows @ qv)
-        gain = np.maximum(self.events(bm).best(qv, len(bm.messages)) - own, 0.0)
-        rel = self.dense_weight * (own + self.event_weight * gain)
-        w = self.memory.config.retrieve.lexical_weight if self.lexical_weight is None else self.lexical_weight
-        if not (w and question.strip()):
-            return rel
-        return rel + w * self.lexical(bm).normalised(question)
+    def dense(self, bm: BoxMap, qv: np.ndarray) -> np.ndarray:
+        """box-hits' dense relevance moved `event_weight` of the way to the best event's cosine where that is higher."""
+        own = super().dense(bm, qv)
+        return own + self.event_weight * np.maximum(self.events(bm).best(qv) - own, 0.0)
 
     def lexical(self, bm: BoxMap) -> LexicalIndex:
         if not self.event_words:
-            return bm.lexical_index()
+            return super().lexical(bm)
         if bm.scope not in self._lexical:
-            texts = self.events(bm).texts
-            self._lexical[bm.scope] = LexicalIndex.build([" ".join([m.render(), *texts[i]])
-                                                          for i, m in enumerate(bm.messages)])
+            events = self.events(bm)
+            self._lexical[bm.scope] = LexicalIndex.build([" ".join([m.render(), *events.of(m)]) for m in bm.messages])
         return self._lexical[bm.scope]
 
 
-def said_line(render: Callable[[Message], str], events: list[str]) -> Callable[[Message], str]:
-    """`render` with, under a message, the events read from it."""
-    return lambda m: "\n".join([render(m)] + [SAID_PREFIX + e for e in events]) if events else render(m)
+def said_line(render: Callable[[Message], str], m: Message, events: list[str]) -> str:
+    """`m` as `render` shows it, with the events read from it under it."""
+    return "\n".join([render(m)] + [SAID_PREFIX + e for e in events])
 
 
 @register
@@ -123,7 +118,5 @@ class BoxHitsSaidRetriever(_WithEvents):
     name = "box-hits-said"
 
     def render(self, bm: BoxMap) -> Callable[[Message], str]:
-        base = shown_render(self.memory.config)
-        texts = self.events(bm).texts
-        index = {(m.conversation_id, m.message_id): i for i, m in enumerate(bm.messages)}
-        return lambda m: said_line(base, texts[index[(m.conversation_id, m.message_id)]])(m)
+        base, events = shown_render(self.memory.config), self.events(bm)
+        return lambda m: said_line(base, m, events.of(m))
