@@ -110,31 +110,21 @@ class Service:
         if self._thread is None:
             self._thread = threading.Thread(target=self._run, name="membox-filer", daemon=True)
             self._thread.start()
-            self._workers["search"].submit(self._warm)  # the first search does not wait for the embedder to load
-            # nor the first answer for its model: loaded (weights mapped, its context allocated) before any question,
-            # so the server's resident memory after start-up grows only with the data it holds
-            self._workers["answer"].submit(self._warm_answer)
+            # the first search does not wait for the embedder to load (the model itself: nothing written to the
+            # cache), nor the first answer for its model: loaded, its buffers allocated (Backend.prepare) before any
+            # question, so the server's resident memory after start-up grows only with the data it holds
+            self._workers["search"].submit(self._warm, "the reader's embedder",
+                                           lambda: self.reader.embedder.inner.encode(["warm up"]))
+            self._workers["answer"].submit(self._warm, "the reader's answering model",
+                                           lambda: self.reader.answer_backend.prepare(["answer"]))
 
-    def _warm(self) -> None:
+    @staticmethod
+    def _warm(what: str, load) -> None:
+        """Load a model ahead of its first use; a failure is logged here and reported by that use."""
         try:
-            self.reader.embedder.inner.encode(["warm up"])  # the model itself: nothing written to the cache
-        except Exception as exc:  # noqa: BLE001 - the first search reports it
-            log.warning("the reader's embedder did not load: %s", one_line(str(exc)))
-
-    def _warm_answer(self) -> None:
-        try:
-            self.reader.answer_backend.prepare(["answer"])
-        except Exception as exc:  # noqa: BLE001 - the first answer reports it
-            log.warning("the reader's answering model did not load: %s", one_line(str(exc)))
-
-    def _warm_build(self) -> None:
-        """The build's model, loaded on the filer's thread before it files anything, with an instance for each
-        stage its systems generate in (Memory.prepare_build): the first sealed box does not allocate them mid-run (a
-        server's resident memory after start-up grows only with the data it holds)."""
-        try:
-            self.writer.prepare_build()
-        except Exception as exc:  # noqa: BLE001 - the first extraction reports it
-            log.warning("the build's model did not load: %s", one_line(str(exc)))
+            load()
+        except Exception as exc:  # noqa: BLE001 - the first call that needs it reports it
+            log.warning("%s did not load: %s", what, one_line(str(exc)))
 
     def close(self, wait_s: float = 30.0) -> None:
         """Stop the filer after the slice it is filing, then close the memories (releasing the write lock). A slice
@@ -206,7 +196,9 @@ class Service:
 
     # ---- the filer --------------------------------------------------------------------------------------------------
     def _run(self) -> None:
-        self._warm_build()
+        # the build's model with an instance for each stage its systems generate in (Memory.prepare_build), on this
+        # thread before it files anything: the first sealed box does not allocate them mid-run
+        self._warm("the build's model", self.writer.prepare_build)
         while not self._stop.is_set():
             self._wake.clear()
             todo = self._todo()
