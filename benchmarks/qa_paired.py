@@ -5,14 +5,15 @@ an arm, scored on the same questions (runs that were stopped early count the que
         --save benchmarks/results/locomo-qa-budgets.json
 
 Each folder is a `membox eval locomo ... --out DIR` run (its questions.jsonl). The table: per arm the questions, the
-LoCoMo F1, mem0's F1 and BLEU-1, evidence recall in the context, context tokens and seconds per answer (means). The
-saved JSON holds per question its conversation, id, category and each arm's scores (no question, answer or context
+LoCoMo F1, mem0's F1 and BLEU-1, evidence recall in the context, context tokens and seconds per answer (means); then
+each pair of arms' LoCoMo F1 difference, question by question, with its standard error. The saved JSON holds per question its conversation, id, category and each arm's scores (no question, answer or context
 text).
 """
 from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -45,6 +46,19 @@ def paired(by_arm: dict[str, dict[tuple[str, int], dict]]) -> tuple[list[tuple[s
     return common, table
 
 
+def differences(by_arm: dict[str, dict[tuple[str, int], dict]], common: list[tuple[str, int]]) -> dict[str, dict]:
+    """"A - B" -> the mean of A's LoCoMo F1 less B's over the common questions, and its standard error (x100)."""
+    out = {}
+    arms = list(by_arm)
+    for i, a in enumerate(arms):
+        for b in arms[i + 1:]:
+            d = [100 * (by_arm[a][q]["scores"]["locomo_f1"] - by_arm[b][q]["scores"]["locomo_f1"]) for q in common]
+            se = statistics.stdev(d) / len(d) ** 0.5 if len(d) > 1 else None
+            out[f"{a} - {b}"] = {"mean": round(statistics.fmean(d), 1) if d else None,
+                                 "se": None if se is None else round(se, 1)}
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("runs", type=Path, nargs="+", help="run folders of `membox eval locomo --out`")
@@ -58,11 +72,15 @@ def main(argv: list[str] | None = None) -> int:
     for arm, t in table.items():
         print(f"| {arm} | {t['questions']} | {t['locomo_f1']} | {t['mem0_f1']} | {t['mem0_bleu1']} | "
               f"{t['qa_recall']} | {t['context_tokens']} | {t['answer_s']} |")
+    diffs = differences(by_arm, common)
+    for pair, d in diffs.items():
+        print(f"{pair}: {d['mean']:+} F1, standard error {d['se']}")
     if a.save:
         per_q = [{"conversation": c, "qid": q, "category": by_arm[next(iter(by_arm))][(c, q)]["category"],
                   **{arm: by_arm[arm][(c, q)]["scores"] for arm in by_arm}} for c, q in common]
         a.save.write_text(json.dumps({"command": "python benchmarks/qa_paired.py " + " ".join(argv or sys.argv[1:]),
-                                      "date": time.strftime("%Y-%m-%d"), "arms": table, "per_question": per_q},
+                                      "date": time.strftime("%Y-%m-%d"), "arms": table, "differences": diffs,
+                                      "per_question": per_q},
                                      indent=1) + "\n")
     return 0
 

@@ -27,7 +27,10 @@ def test_arms_are_scored_on_the_questions_all_of_them_answered(tmp_path):
     assert common == [("c", 1), ("c", 2)]
     assert table["box-hits@500"]["locomo_f1"] == 75.0 and table["box-hits@1000"]["locomo_f1"] == 100.0
     assert table["box-hits@500"]["questions"] == 2 and table["box-hits@1000"]["context_tokens"] == 997
+    diffs = qp.differences(qp.arms([a, b]), common)  # question by question: -50 and 0
+    assert diffs["box-hits@500 - box-hits@1000"] == {"mean": -25.0, "se": 25.0}
     out = tmp_path / "out.json"
     assert qp.main([str(a), str(b), "--save", str(out)]) == 0
     saved = json.loads(out.read_text())
     assert [q["qid"] for q in saved["per_question"]] == [1, 2] and "question" not in saved["per_question"][0]
+    assert saved["differences"] == diffs
