@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Callable, Collection
 
 from ..index import VectorIndex
+from ..judges import JUDGES
 from ..loom import Loom
 from ..profile import indexing
 from ..records import Box
@@ -49,8 +50,6 @@ class BoxMemory(Component):
             self.after_extract = self.weaver.weave
 
     def generation_stages(self) -> tuple[str, ...]:
-        from ..judges import JUDGES
-
         judge = JUDGES.get(self.config.loom.judge)
         return ((("judge",) if judge is not None and judge.generates else ()) + ("extract",)
                 + (("link", "trace-init") if self.weaver is not None else ()))
