@@ -6,6 +6,8 @@ hand check of who the kept events name.
     # --no-qa --conversations conv-26 conv-30 conv-44 --builds runs/builds-boxes --modes turn-rag --budgets 500
     # --out runs/records-boxes`), and the demo conversation's boxes; each model's raw output is saved
     python benchmarks/records_check.py run --models qwen2.5-coder-0.5b qwen2.5-coder-1.5b --threads 1
+    # the same boxes with [extract] events = "lines" (the model writes the topic; code takes the lines' words)
+    python benchmarks/records_check.py run --models qwen2.5-coder-0.5b --events lines --threads 1
     # each box's numbered lines and each model's kept events (attribution.py applied to the saved output), numbered,
     # with their sources and what was dropped: what the hand check reads
     python benchmarks/records_check.py show
@@ -27,13 +29,14 @@ import sys
 import time
 from pathlib import Path
 
-from membox_local.attribution import attribute, checked_topic, display_name, statements, without_names
+from membox_local.attribution import (NOT_EVENTS, attribute, checked_topic, display_name, model_items, model_topic,
+                                      statements, without_names)
 from membox_local.grounding import grounding
 from membox_local.config import load_config
 from membox_local.ingest import load_jsonl
 from membox_local.loom import text_keywords
 from membox_local.memory import open_store
-from membox_local.prompts import extract_prompt, extract_schema, numbered_lines
+from membox_local.prompts import extract_prompt, extract_schema, extract_system, numbered_lines
 from membox_local.records import Box
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -45,6 +48,7 @@ LABELS = REPO / "benchmarks" / "results" / "records-labels.json"
 SAVED = REPO / "benchmarks" / "results" / "records-check.json"
 DEMO = REPO / "membox_local" / "data" / "demo.jsonl"
 DEMO_BUILD = Path("runs/records-demo")
+LINES = "+lines"  # the raw outputs of `run --events lines` (a topic: code makes the events from the lines)
 
 
 def demo_boxes(config: str) -> list[Box]:
@@ -84,8 +88,9 @@ def run(a) -> None:
     cfg = load_config(a.config)
     boxes = all_boxes(a)
     OUT.mkdir(parents=True, exist_ok=True)
+    cfg.extract.events = a.events
     for model in a.models:
-        path = OUT / f"{model}.jsonl"
+        path = OUT / f"{model}{LINES if a.events == 'lines' else ''}.jsonl"
         done = {json.loads(line)["box"] for line in path.open()} if path.exists() else set()
         backend = make_backend(dataclasses.replace(cfg.llm, model=model, n_threads=a.threads or cfg.llm.n_threads))
         try:
@@ -94,7 +99,7 @@ def run(a) -> None:
                     if key(box) in done:
                         continue
                     t0 = time.time()
-                    req = JsonRequest(extract_prompt(box.messages, box.session_date, cfg.extract.keywords == "model"),
+                    req = JsonRequest(extract_prompt(box.messages, box.session_date, cfg.extract),
                                       extract_schema(cfg.extract, len(box.messages)), "extract",
                                       cfg.extract.max_tokens)
                     res = backend.json([req])[0]
@@ -108,12 +113,16 @@ def run(a) -> None:
 
 
 def kept(box: Box, raw: dict, boxes: list[Box], cfg) -> tuple[str, list, dict]:
-    """(topic, events, dropped) as the Loom stores them from the saved raw output."""
-    instructions = extract_prompt([], "", cfg.extract.keywords == "model").system
-    events, dropped = attribute(raw.get("events", []), box, box.messages, participants(box, boxes), instructions,
-                                cfg.extract.min_grounding, cfg.extract.max_event_chars)
+    """(topic, events, dropped) as the Loom stores them from the saved raw output (events written, or made from the
+    lines by code where the output has none: [extract] events = "lines")."""
+    ec = dataclasses.replace(cfg.extract, events="written" if "events" in raw else "lines")
+    instructions = extract_system(ec)
+    events, dropped = attribute(model_items(raw, box.messages, ec.events, ec.max_event_chars), box, box.messages,
+                                participants(box, boxes), instructions, ec.min_grounding, ec.max_event_chars)
+    if ec.events == "lines":
+        dropped = {k: n for k, n in dropped.items() if k not in NOT_EVENTS}
     kws = text_keywords(box.messages, cfg.extract.max_keywords, cfg.extract.max_keyword_chars)
-    topic, why = checked_topic(raw.get("topic", ""), box, kws, instructions, participants(box, boxes))
+    topic, why = checked_topic(model_topic(raw, ec.events), box, kws, instructions, participants(box, boxes))
     return topic, events, dict(dropped, **({why: 1} if why else {}))
 
 
@@ -212,6 +221,8 @@ def main() -> None:
     p.add_argument("--per-conversation", type=int, default=10)
     p.add_argument("--threads", type=int, default=0)
     p.add_argument("--sample", choices=["all", "locomo", "demo"], default="all")
+    p.add_argument("--events", choices=["written", "lines"], default="written",
+                   help="run: [extract] events (lines: saved as <model>+lines.jsonl, its own row)")
     p.add_argument("--save", action="store_true")
     a = p.parse_args()
     {"run": run, "show": show, "report": report}[a.what](a)

@@ -189,6 +189,11 @@ class ExtractConfig:
     # words by code, loom.text_keywords: capitalised names and repeated content words; the call then writes no
     # keywords: 12% and 27% fewer tokens generated per box on LoCoMo conv-26 and conv-30, BENCHMARKS.md)
     keywords: str = _opt("model", choices=("model", "text"), what="keywords source")
+    # who writes an event's words: "written" (the model writes each event with the number of the line it comes from;
+    # attribution.py keeps that line's own sentences where they hold the model's words) or "lines" (the model lists
+    # the numbers of the lines that tell something and code takes those lines' sentences, persons and dates
+    # resolved: far fewer tokens generated, and what a small model writes is mostly a copy of its line anyway)
+    events: str = _opt("written", choices=("written", "lines"), what="events source")
     # `membox build` ends with an error (exit code 1) when more than this share of its sealed boxes failed
     # extraction (the model raised, timed out or wrote unparsable output); not a build setting
     max_failed_share: float = _opt(0.2, lo=0.0, hi=1.0)

@@ -12,11 +12,11 @@ from dataclasses import replace
 from typing import Any, Callable, Iterable, Sequence
 
 from .backends.base import BackendError, JsonRequest, PromptTooLong
-from .attribution import attribute, checked_keywords, checked_topic
+from .attribution import NOT_EVENTS, attribute, checked_keywords, checked_topic, model_items, model_topic
 from .config import Config, LoomConfig
 from .grounding import CHAT_WORDS, STOP_WORDS, content_words, grounding
 from .judges import Decision, Judge, make_judge
-from .prompts import extract_prompt, extract_schema
+from .prompts import extract_prompt, extract_schema, extract_system
 from .records import Box, Message
 from .requests import Step
 from .store import Store
@@ -211,7 +211,7 @@ class Loom:
 
         def request(shown: list[Message]) -> JsonRequest:
             seen.append(shown)
-            return JsonRequest(extract_prompt(shown, box.session_date, ec.keywords == "model"),
+            return JsonRequest(extract_prompt(shown, box.session_date, ec),
                                extract_schema(ec, len(shown)),
                                stage="extract", max_tokens=ec.max_tokens, about=f"box {box.id}")
         try:
@@ -223,13 +223,15 @@ class Loom:
             box.status = "failed"
             return box
         data = res.data
-        instructions = extract_prompt([], "", ec.keywords == "model").system
+        instructions = extract_system(ec)
         participants = self.store.speakers(box.conversation_id, max(m.seq for m in box.messages))
-        events, box.dropped = attribute(data.get("events", []), box, seen[-1], participants, instructions,
-                                        ec.min_grounding, ec.max_event_chars)
+        events, box.dropped = attribute(model_items(data, seen[-1], ec.events, ec.max_event_chars), box, seen[-1],
+                                        participants, instructions, ec.min_grounding, ec.max_event_chars)
+        if ec.events == "lines":  # a line that asks or tells nothing is no event the model wrote and lost
+            box.dropped = {k: n for k, n in box.dropped.items() if k not in NOT_EVENTS}
         box.keywords = (checked_keywords(_dedupe(data.get("keywords", [])), box) if ec.keywords == "model"
                         else text_keywords(box.messages, ec.max_keywords, ec.max_keyword_chars))
-        box.topic, why = checked_topic(data.get("topic", ""), box, box.keywords, instructions, participants,
+        box.topic, why = checked_topic(model_topic(data, ec.events), box, box.keywords, instructions, participants,
                                        ec.max_topic_chars)
         if why:
             box.dropped[why] = 1

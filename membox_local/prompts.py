@@ -76,22 +76,40 @@ EXTRACT_SYSTEM = (
 )
 
 
-# [extract] keywords = "text": the code picks the keywords (loom.text_keywords), the model writes topic and events
-EXTRACT_SYSTEM_NO_KEYWORDS = EXTRACT_SYSTEM.replace(_EXTRACT_KEYWORDS, "")
+# [extract] events = "lines": code takes every line's statements as events (attribution.model_items), the model
+# writes the topic only: what the 0.5B and 1.5B wrote as events were copies of the box's first lines anyway
+_EXTRACT_EVENTS = EXTRACT_SYSTEM[EXTRACT_SYSTEM.index("In \"events\""):EXTRACT_SYSTEM.index("Write only")]
+
+
+def extract_system(cfg: ExtractConfig) -> str:
+    """The extraction call's instructions for these settings: keywords asked for only when the model writes them
+    ([extract] keywords = "model"); events asked for only when the model writes them ([extract] events)."""
+    text = EXTRACT_SYSTEM if cfg.keywords == "model" else EXTRACT_SYSTEM.replace(_EXTRACT_KEYWORDS, "")
+    if cfg.events == "written":
+        return text
+    # the record's shape said outright: without it the 0.5B went on writing the topic as if events followed
+    # (14 LoCoMo and demo boxes: 7-14 tokens per topic with it, topics run on to the 80-character bound without)
+    shape = '{"topic": "..."' + (', "keywords": ["..."]' if cfg.keywords == "model" else "") + "}"
+    return text.replace(_EXTRACT_EVENTS, "") + f"\nAnswer as JSON: {shape}"
 
 
 def extract_schema(cfg: ExtractConfig, n_lines: int) -> dict[str, Any]:
     """The record of a box shown as `n_lines` numbered lines: each event names one of those numbers."""
     props: dict[str, Any] = {"topic": {"type": "string", "maxLength": cfg.max_topic_chars}}
+    if cfg.events == "lines":
+        # the topic is the record's last field: a model that goes on as if another came (`",` is one token) would
+        # run on inside the string to its bound ("Dance Studio Business, ..."); one phrase, no comma, ends it
+        props["topic"]["pattern"] = f'^[^,"\\\\\\n]{{1,{cfg.max_topic_chars}}}$'
     if cfg.keywords == "model":
         props["keywords"] = {"type": "array", "maxItems": cfg.max_keywords,
                              "items": {"type": "string", "maxLength": cfg.max_keyword_chars}}
-    props["events"] = {"type": "array", "maxItems": cfg.max_events, "items": {
-        "type": "object",
-        "properties": {"line": {"type": "integer", "minimum": 1, "maximum": max(1, n_lines),
-                                "enum": list(range(1, max(1, n_lines) + 1))},
-                       "event": {"type": "string", "maxLength": cfg.max_event_chars}},
-        "required": ["line", "event"]}}
+    if cfg.events == "written":  # ("lines": code makes the events, attribution.model_items)
+        line = {"type": "integer", "minimum": 1, "maximum": max(1, n_lines),
+                "enum": list(range(1, max(1, n_lines) + 1))}
+        props["events"] = {"type": "array", "maxItems": cfg.max_events, "items": {
+            "type": "object",
+            "properties": {"line": line, "event": {"type": "string", "maxLength": cfg.max_event_chars}},
+            "required": ["line", "event"]}}
     return {"type": "object", "properties": props, "required": list(props)}
 
 
@@ -100,11 +118,10 @@ def numbered_lines(messages: Sequence[Message]) -> str:
     return "\n".join(f"{i}. {m.render()}" for i, m in enumerate(messages, 1))
 
 
-def extract_prompt(messages: Sequence[Message], date: str, keywords: bool = True) -> Prompt:
-    """The extraction call's prompt; `keywords=False` leaves the keywords out of the instructions (the schema of
-    `[extract] keywords = "text"` has none)."""
+def extract_prompt(messages: Sequence[Message], date: str, cfg: ExtractConfig | None = None) -> Prompt:
+    """The extraction call's prompt under the settings `cfg` (default: keywords and events written by the model)."""
     when = f" (conversation date: {date})" if date else ""
-    return Prompt(EXTRACT_SYSTEM if keywords else EXTRACT_SYSTEM_NO_KEYWORDS,
+    return Prompt(extract_system(cfg or ExtractConfig()),
                   f"Conversation{when}:\n{numbered_lines(messages)}\n\nJSON record:")
 
 

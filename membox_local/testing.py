@@ -111,8 +111,8 @@ class FakeBackend(Backend):
         kws = list(dict.fromkeys(words))[: props["keywords"]["maxItems"] if "keywords" in props else 8]
         events = [{"line": n, "event": said[:150]} for n, said in lines
                   if re.search(r"\bI (signed|adopted|started|booked|ran|made)\b", said)]
-        out = {"topic": " ".join(kws[:3]), "keywords": kws, "events": events[: props["events"]["maxItems"]]}
-        return out if "keywords" in props else {k: v for k, v in out.items() if k != "keywords"}
+        out = {"topic": " ".join(kws[:3]), "keywords": kws, "events": events[: props.get("events", {}).get("maxItems")]}
+        return {k: v for k, v in out.items() if k in props}  # [extract] keywords = "text", events = "lines": fewer
 
     def _weave(self, r) -> dict:
         """Trace Weaver stages: new events (numbered lines) sharing a word of 4+ letters go together."""

@@ -35,6 +35,7 @@ def run(items, b=None):
     ("I'll visit you next week", "Tom", "Maya", "Tom will visit Maya next week"),
     ("you're running a marathon", "Tom", "Maya", "Maya is running a marathon"),
     ("I've been to the US twice", "Tom", "Maya", "Tom has been to the US twice"),  # "US" is not "us"
+    ("I was glad I could share my story", "Tom", "Maya", "Tom was glad Tom could share Tom's story"),
     ("We went camping with our kids", "Tom", "Maya", "Tom and others went camping with Tom's kids"),
     ("I asked you for a recipe", "user", "assistant", "The user asked the assistant for a recipe"),
     ("You should try it", "Tom", None, "You should try it"),  # no single other participant: left as said
@@ -166,3 +167,42 @@ def test_keywords_and_topics_the_box_does_not_hold_are_not_kept():
     assert checked_topic("conversation", b, ["bakery"], EXTRACT_SYSTEM) == ("bakery", "topic not in box")
     long = ["a" * 30, "b" * 30, "c" * 30]
     assert checked_topic("Lisbon", b, long, EXTRACT_SYSTEM, max_chars=80)[0] == ", ".join(long[:2])  # fits 80
+
+
+def test_under_events_lines_each_line_that_tells_something_is_an_event_in_its_own_words():
+    """[extract] events = "lines": every line of the box goes through the same code as a written event: its
+    statements kept, persons and dates resolved; a question line or one that tells nothing is no event."""
+    from membox_local.attribution import NOT_EVENTS, model_items
+
+    b = box()
+    events, dropped = run(model_items({"topic": "bakery"}, b.messages, "lines", 160), b)
+    assert [e.sources for e in events] == [["D1:2"], ["D1:3"], ["D1:4"]]
+    assert events[0].text.startswith("Rosa started Tom on the early shift")
+    assert "Maya ran 10 km yesterday (7 May 2023)" in events[1].text, events[1].text
+    assert events[2].text == "Rosa is teaching Tom how to shape baguettes"  # the question after it left out
+    assert set(dropped) <= set(NOT_EVENTS)
+    cut = model_items({}, b.messages, "lines", 30)
+    assert all(len(i["event"]) <= 30 for i in cut)  # cut as the schema cuts a written event
+    # a line longer than an event: pieces of whole sentences, at most three
+    from membox_local.attribution import line_pieces
+    assert line_pieces("I ran. I swam far. I slept.", 12) == ["I ran.", "I swam far.", "I slept."]
+    assert line_pieces("I ran. I swam far. I slept.", 20) == ["I ran. I swam far.", "I slept."]
+    assert len(line_pieces("One. Two. Three. Four.", 5)) == 3
+    # the model's written events pass through unchanged
+    assert model_items({"events": [{"line": 2, "event": "x"}]}, b.messages) == [{"line": 2, "event": "x"}]
+    # a line's own "your" is the other person's, never "corrected" to the speaker as a model's subject would be
+    b = box([("Maya", "I found the recipe."), ("Tom", "Thanks! Your help means a lot. I'll do my best to make you proud!")])
+    events, _ = run(model_items({}, b.messages, "lines", 160), b)
+    assert [e.text for e in events][-1] == "Tom will do Tom's best to make Maya proud!"
+
+
+def test_under_events_lines_the_model_is_asked_for_the_topic_only():
+    from membox_local.config import ExtractConfig
+    from membox_local.prompts import extract_prompt, extract_schema
+
+    cfg = ExtractConfig(events="lines", keywords="text")
+    assert set(extract_schema(cfg, 5)["properties"]) == {"topic"}
+    system = extract_prompt(box().messages, DATE, cfg).system
+    assert '"topic"' in system and '"events"' not in system and '"keywords"' not in system
+    written = extract_prompt(box().messages, DATE).system
+    assert '"events"' in written and '"keywords"' in written

@@ -290,10 +290,10 @@ README_FIGURES = [
      "penalty)", LME_RECALL, "modes.*.retrieval.recall@1000",
      lambda: [str(len({r["qid"] for r in records(LME_RECALL.replace(".json", ".jsonl.gz")) if not r["abstention"]}))]
      + [lme(LME_RECALL, m, "retrieval", "recall@1000") for m in ("box-hits", "turn-rag", "turn-rag:length-cost")]),
-    ("{} s per message with records that cite their lines ({} s and {} LLM prompt tokens before them), against {} s "
-     "and {} with cpu.toml before them", SPEED.format("conv30"),
-     "rows[conv-30]: after_s_per_msg; then per_message.after.all.prompt_tokens, the same before",
-     lambda: [models_conv30_s_per_message()] + speed_conv30()[:4]),
+    ("{} s per message ({} s with events the model writes, side by side; {} s and {} LLM prompt tokens before records "
+     "cited their lines), against {} s and {} with cpu.toml before them", SPEED.format("conv30"),
+     "build-speed-lines-conv30.json: after and before s per message; then the split run's cpu-ce and cpu figures",
+     lambda: lines_conv30() + speed_conv30()[:4]),
     ("judged right {}% with box-hits, {}% with turn-rag and {}% with full-context (deterministic {} / {} / {})",
      LME_QA98, "modes.*.qa.judge, right",
      lambda: [lme(LME_QA98, m, "qa", "judge") for m in LME_MODES] + [lme(LME_QA98, m, "qa", "right") for m in LME_MODES]),
@@ -420,10 +420,11 @@ def speed_run(conversation: str) -> dict:
     return row
 
 
-def models_conv30_s_per_message() -> str:
-    """The default's seconds per message on conv-30 with records that cite their lines (build_speed.py, alone)."""
-    row = json.loads((RESULTS / "build-speed-models-conv30.json").read_text())["rows"][0]
-    return f"{row['after_s'] / row['messages']:.2f}"
+def lines_conv30() -> list[str]:
+    """The default's seconds per message on conv-30 with events made from the lines, and with events the model
+    writes, side by side in one run alone (build_speed.py --before extract.events=written)."""
+    row = json.loads((RESULTS / "build-speed-lines-conv30.json").read_text())["rows"][0]
+    return [f"{row['after_s_per_msg']:.2f}", f"{row['before_s_per_msg']:.2f}"]
 
 
 def speed_conv30() -> list[str]:

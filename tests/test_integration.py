@@ -26,6 +26,18 @@ def built(tmp_path_factory):
     mem.close()
 
 
+@pytest.fixture(scope="module")
+def built_lines(tmp_path_factory):
+    """The same demo with [extract] events = "lines" (the CPU default's): code makes the events, the model the
+    topic."""
+    cfg = load_config("cpu-fast")
+    cfg.extract.events = "lines"
+    mem = Memory(tmp_path_factory.mktemp("real-lines") / "mem", cfg)
+    mem.add(load_jsonl(DEMO), seal=True)
+    yield mem
+    mem.close()
+
+
 def test_boxes_cover_every_message_once_in_order(built):
     boxes = built.boxes()
     ids = [m.message_id for b in boxes for m in b.messages]
@@ -51,13 +63,23 @@ def test_every_box_has_a_bounded_record(built):
     assert sum(b.status == "extracted" for b in built.boxes()) >= len(built.boxes()) // 2
 
 
-def test_every_event_cites_a_line_of_its_box_and_names_that_lines_people(built):
+@pytest.mark.parametrize("events", ["written", "lines"])
+def test_every_event_cites_a_line_of_its_box_and_names_that_lines_people(events, request):
     """Records that cite their lines (attribution.py), on the real stack: whatever the model wrote, every kept event
     cites a message of its own box, opens with no first-person word, is no bare name, no question and no text of
     the instructions, is grounded in its line (and the one before), and any participant leading it is the cited
-    line's speaker or someone that line names or speaks to."""
-    from membox_local.attribution import display_name
+    line's speaker or someone that line names or speaks to. Under [extract] events = "lines" too, where every line
+    that tells something gives at most three events and the topic is one phrase."""
+    from membox_local.attribution import LINE_PIECES, display_name
     from membox_local.prompts import EXTRACT_SYSTEM
+
+    built = request.getfixturevalue("built" if events == "written" else "built_lines")
+    if events == "lines":
+        assert built.store.usage_by_stage()["extract"]["completion_tokens"] > 0  # the topics
+        for b in built.boxes():
+            assert len(b.events) <= LINE_PIECES * len(b.messages), len(b.events)
+            # one phrase, or the keywords it gave way to ("a, b, c")
+            assert "," not in b.topic or any(k.startswith("topic") for k in b.dropped), (b.topic, b.dropped)
 
     people = sorted({m.speaker for m in load_jsonl(DEMO)})
     events = 0
