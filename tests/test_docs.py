@@ -547,8 +547,6 @@ BENCHMARKS_FIGURES = [
               for b in BUDGETS]),
     ("**{} 5xx, {} tracebacks**; {} adds, each stored once ({} filed); search p50 {} s, p95 {} s; resident memory **{} MB "
      "after the first minute** beyond what the indexes took on ({} MB;", lambda: soak_row("soak-cpu-fast.json", "serve")),
-    ("N = {}, {} against {} s ({}x;", lambda: vllm_batching(16)),
-    ("N = {}, {} against {} s ({}x;", lambda: vllm_batching(4)),
     ("| **box-hits, 1000 tokens (the default budget now; before 1500)** | {} | **{}** | **{}** |",
      lambda: qa_arm("box-hits@1000")),
     ("| box-hits, 500 tokens | {} | {} | {} |", lambda: qa_arm("box-hits@500")),
@@ -556,7 +554,6 @@ BENCHMARKS_FIGURES = [
      lambda: qa_arm("box-hits-said@500")),
     ("| turn-rag, its ten best turns | {} | {} | {} |", lambda: qa_arm("turn-rag@1000")),
     ("warm {} / {} / {}, cold `membox ask` {} / {} / {}", lambda: latency("warm") + latency("cold")),
-    ("| demo conversation | {} | {} / {} | {} / {} | {} |", lambda: vllm_compare()),
     ("| **box-hits** | **{}** | **{}** | {} | {} | {} | {} | {} |", lambda: lme_qa_row(LME_QA98, "box-hits")),
     ("| turn-rag | {} | {} | {} | {} | {} | {} | {} |", lambda: lme_qa_row(LME_QA98, "turn-rag")),
     ("| full-context | {} | {} | {} | {} | {} | {} | {} |", lambda: lme_qa_row(LME_QA98, "full-context")),
@@ -658,6 +655,19 @@ def soak_row(name: str, kind: str) -> list:
     return [r["server_errors"], r["tracebacks"], f"{r['accepted']:,}", f"{r['messages_filed']:,}",
             f"{search['p50_s']:.2f}", f"{search['p95_s']:.2f}", f"{r['growth_beyond_data_mb']:+.1f}",
             f"{r['indexes_mb']['end'] - r['indexes_mb']['warm']:.1f}"]
+
+
+# figures of docs/backends.md ("vLLM's CPU build, measured"), moved there from BENCHMARKS.md
+DOCS_FIGURES = [
+    ("N = {}, {} against {} s ({}x;", lambda: vllm_batching(16)),
+    ("N = {}, {} against {} s ({}x;", lambda: vllm_batching(4)),
+    ("| demo conversation | {} | {} / {} | {} / {} | {} |", lambda: vllm_compare()),
+]
+
+
+@pytest.mark.parametrize("phrase, figures", DOCS_FIGURES, ids=[f[0][:40] for f in DOCS_FIGURES])
+def test_docs_rows_match_result_files(phrase, figures):
+    assert normalise(phrase.format(*figures())) in normalise(docs_text())
 
 
 def vllm_compare() -> list:
