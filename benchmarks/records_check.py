@@ -29,8 +29,8 @@ import sys
 import time
 from pathlib import Path
 
-from membox_local.attribution import (NOT_EVENTS, attribute, checked_topic, display_name, model_items, model_topic,
-                                      statements, without_names)
+from membox_local.attribution import (checked_topic, display_name, extracted_events, model_topic, statements,
+                                      without_names)
 from membox_local.grounding import grounding
 from membox_local.config import load_config
 from membox_local.ingest import load_jsonl
@@ -117,10 +117,7 @@ def kept(box: Box, raw: dict, boxes: list[Box], cfg) -> tuple[str, list, dict]:
     lines by code where the output has none: [extract] events = "lines")."""
     ec = dataclasses.replace(cfg.extract, events="written" if "events" in raw else "lines")
     instructions = extract_system(ec)
-    events, dropped = attribute(model_items(raw, box.messages, ec.events, ec.max_event_chars), box, box.messages,
-                                participants(box, boxes), instructions, ec.min_grounding, ec.max_event_chars)
-    if ec.events == "lines":
-        dropped = {k: n for k, n in dropped.items() if k not in NOT_EVENTS}
+    events, dropped = extracted_events(raw, box, box.messages, participants(box, boxes), instructions, ec)
     kws = text_keywords(box.messages, cfg.extract.max_keywords, cfg.extract.max_keyword_chars)
     topic, why = checked_topic(model_topic(raw, ec.events), box, kws, instructions, participants(box, boxes))
     return topic, events, dict(dropped, **({why: 1} if why else {}))

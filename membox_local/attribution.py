@@ -437,6 +437,18 @@ def model_topic(data: Mapping[str, Any], events: str = "written") -> str:
     return topic if events == "written" else topic.split(",")[0]
 
 
+def extracted_events(data: Mapping[str, Any], box: Box, shown: Sequence[Message], participants: Sequence[str],
+                     instructions: str, cfg) -> tuple[list[Event], dict[str, int]]:
+    """The events kept from an extraction output `data` under the [extract] settings `cfg` (ExtractConfig), and
+    what was dropped: written events, or the lines' own ("lines"), where a line that asks or tells nothing is no
+    event the model wrote and lost (NOT_EVENTS are not counted)."""
+    items = model_items(data, shown, cfg.events, cfg.max_event_chars)
+    events, dropped = attribute(items, box, shown, participants, instructions, cfg.min_grounding, cfg.max_event_chars)
+    if cfg.events == "lines":
+        dropped = {k: n for k, n in dropped.items() if k not in NOT_EVENTS}
+    return events, dropped
+
+
 def attribute(items: Sequence[Mapping[str, Any]], box: Box, shown: Sequence[Message], participants: Sequence[str],
               instructions: str, min_grounding: float, max_chars: int = 0) -> tuple[list[Event], dict[str, int]]:
     """The events kept from the model's `items`, and what was dropped or corrected (reason -> count)."""

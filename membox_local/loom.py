@@ -12,7 +12,7 @@ from dataclasses import replace
 from typing import Any, Callable, Iterable, Sequence
 
 from .backends.base import BackendError, JsonRequest, PromptTooLong
-from .attribution import NOT_EVENTS, attribute, checked_keywords, checked_topic, model_items, model_topic
+from .attribution import checked_keywords, checked_topic, extracted_events, model_topic
 from .config import Config, LoomConfig
 from .grounding import CHAT_WORDS, STOP_WORDS, content_words, grounding
 from .judges import Decision, Judge, make_judge
@@ -225,10 +225,7 @@ class Loom:
         data = res.data
         instructions = extract_system(ec)
         participants = self.store.speakers(box.conversation_id, max(m.seq for m in box.messages))
-        events, box.dropped = attribute(model_items(data, seen[-1], ec.events, ec.max_event_chars), box, seen[-1],
-                                        participants, instructions, ec.min_grounding, ec.max_event_chars)
-        if ec.events == "lines":  # a line that asks or tells nothing is no event the model wrote and lost
-            box.dropped = {k: n for k, n in box.dropped.items() if k not in NOT_EVENTS}
+        events, box.dropped = extracted_events(data, box, seen[-1], participants, instructions, ec)
         box.keywords = (checked_keywords(_dedupe(data.get("keywords", [])), box) if ec.keywords == "model"
                         else text_keywords(box.messages, ec.max_keywords, ec.max_keyword_chars))
         box.topic, why = checked_topic(model_topic(data, ec.events), box, box.keywords, instructions, participants,

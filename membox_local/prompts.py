@@ -87,8 +87,8 @@ def extract_system(cfg: ExtractConfig) -> str:
     text = EXTRACT_SYSTEM if cfg.keywords == "model" else EXTRACT_SYSTEM.replace(_EXTRACT_KEYWORDS, "")
     if cfg.events == "written":
         return text
-    # the record's shape said outright: without it the 0.5B went on writing the topic as if events followed
-    # (14 LoCoMo and demo boxes: 7-14 tokens per topic with it, topics run on to the 80-character bound without)
+    # the record's shape said outright: without it the 0.5B went on writing the topic as if events followed; with
+    # it a topic is about 10 generated tokens (conv-30: 491 for 50 boxes, benchmarks/build_speed.py)
     shape = '{"topic": "..."' + (', "keywords": ["..."]' if cfg.keywords == "model" else "") + "}"
     return text.replace(_EXTRACT_EVENTS, "") + f"\nAnswer as JSON: {shape}"
 
