@@ -552,6 +552,10 @@ BENCHMARKS_FIGURES = [
     ("| box-hits, 500 tokens | {} | {} | {} |", lambda: qa_arm("box-hits@500")),
     ("| box-hits-said, 500 tokens (each line followed by its events) | {} | {} | {} |",
      lambda: qa_arm("box-hits-said@500")),
+    ("| box-hits-said, 500 tokens, the events made from the lines (the default records) | {} | {} | {} |",
+     lambda: qa_arm("box-hits-said:lines@500")),
+    ("| box-hits-events, 1000 tokens (those events as keys to their lines, weight 0.25) | {} | {} | {} |",
+     lambda: qa_arm("box-hits-events:lines@1000")),
     ("| turn-rag, its ten best turns | {} | {} | {} |", lambda: qa_arm("turn-rag@1000")),
     ("warm {} / {} / {}, cold `membox ask` {} / {} / {}", lambda: latency("warm") + latency("cold")),
     ("| **box-hits** | **{}** | **{}** | {} | {} | {} | {} | {} |", lambda: lme_qa_row(LME_QA98, "box-hits")),
@@ -659,6 +663,14 @@ def soak_row(name: str, kind: str) -> list:
 
 # figures of docs/backends.md ("vLLM's CPU build, measured"), moved there from BENCHMARKS.md
 DOCS_FIGURES = [
+    ("at 1000 tokens are judged right in {}% against {}%", lambda: [
+        f"{load('longmemeval-qa-said-lines-dev-s4.json')['modes'][m]['qa']['judge']:.1f}"
+        for m in ("box-hits-said:lines", "box-hits")]),
+    *[(f"| {row} | {{}} | {{}} |", lambda v=variant: [events_fit("events-fit-locomo-lines.json", v),
+                                                    events_fit("events-fit-lme-lines.json", v)])
+      for row, variant in (("box-hits (no events)", "box-hits"), ("as keys, weight 0.25 (the mode's)", "keys x=0.25"),
+                           ("as keys, weight 0.5", "keys x=0.5"), ("as keys, weight 1", "keys x=1"),
+                           ("their words in BM25", "words"), ("shown under their lines", "said"))],
     ("N = {}, {} against {} s ({}x;", lambda: vllm_batching(16)),
     ("N = {}, {} against {} s ({}x;", lambda: vllm_batching(4)),
     ("| demo conversation | {} | {} / {} | {} / {} | {} |", lambda: vllm_compare()),
@@ -668,6 +680,12 @@ DOCS_FIGURES = [
 @pytest.mark.parametrize("phrase, figures", DOCS_FIGURES, ids=[f[0][:40] for f in DOCS_FIGURES])
 def test_docs_rows_match_result_files(phrase, figures):
     assert normalise(phrase.format(*figures())) in normalise(docs_text())
+
+
+def events_fit(name: str, variant: str) -> str:
+    """A variant's evidence recall at each budget, "a/b/c/d" (benchmarks/events_fit.py's saved run)."""
+    row = load(name)["pooled"][variant]
+    return "/".join(f"{row[f'budget={b}']:.1f}" for b in (250, 500, 1000, 2000))
 
 
 def vllm_compare() -> list:
