@@ -84,9 +84,9 @@ def retrievers(mem, weights, lines: bool) -> dict[str, BoxHitsRetriever]:
     r = out["words"] = keys(mem)
     r.event_weight, r.event_words = 0.0, True
     out["said"] = said(mem)
-    shared: dict = {}  # one scope's events made once, read by every variant
+    shared: dict = {}  # one scope's events made once, read by every variant that reads events
     for r in out.values():
-        if hasattr(r, "_events"):
+        if isinstance(r, (BoxHitsEventsRetriever, BoxHitsSaidRetriever)):
             r._events = shared
     return out
 

@@ -661,7 +661,8 @@ def soak_row(name: str, kind: str) -> list:
             f"{r['indexes_mb']['end'] - r['indexes_mb']['warm']:.1f}"]
 
 
-# figures of docs/backends.md ("vLLM's CPU build, measured"), moved there from BENCHMARKS.md
+# figures of the docs pages: docs/records.md (the events made from the lines, benchmarks/events_fit.py) and
+# docs/backends.md ("vLLM's CPU build, measured", moved there from BENCHMARKS.md)
 DOCS_FIGURES = [
     ("at 1000 tokens are judged right in {}% against {}%", lambda: [
         f"{load('longmemeval-qa-said-lines-dev-s4.json')['modes'][m]['qa']['judge']:.1f}"

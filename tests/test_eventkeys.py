@@ -81,14 +81,12 @@ def test_events_without_sources_point_nowhere(memory):
     assert SAID_PREFIX not in make_retriever("box-hits-said", memory).retrieve(question, CONV, 1, 10**6).text
 
 
-def test_events_made_from_the_lines_are_each_lines_own_words_resolved(memory):
+def test_events_made_from_the_lines_are_each_lines_own_words_resolved(memory, monkeypatch):
     """benchmarks/events_fit.py --events lines: the events `[extract] events = "lines"` keeps, made from a memory's
     boxes by the same code, each at the line it comes from (the stored records' events are not read)."""
-    import sys
-
     from conftest import REPO, benchmark_script
 
-    sys.path.insert(0, str(REPO / "benchmarks"))  # events_fit imports lexical_fit beside it
+    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))  # events_fit imports lexical_fit beside it
     events_fit = benchmark_script("events_fit")
     _file(memory)
     r = events_fit.SaidFromLines(memory)
