@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Sequence
 
 from .config import CONFIG_DIR, ConfigError, read_ce_meta as read_meta, resolve_ce_weights as resolve_weights  # noqa: F401
+from .native import onednn_off
 from .records import Message
 
 # the Linear layers of each BERT layer that get an adapter (names inside transformers' BertLayer)
@@ -137,7 +138,9 @@ class ContinuityScorer:
     """A weights file's model, scoring (context, new line) pairs; logits kept per pair (least recently used
     dropped), so a fit that asks the same pair twice and a judge that is asked again pay once."""
 
-    CACHE = 200_000  # a fit's every pair (TIAGE, DialSeg711, LoCoMo: ~30,000)
+    # pairs kept by default: a judge asks again for the last [loom] history (30) messages of the conversation it files,
+    # so 8,192 serve ~270 conversations filed in turn, in ~6 MB; a fit keeps every pair of its data (keep())
+    CACHE = 8_192
 
     def __init__(self, path: Path):
         import torch
@@ -148,21 +151,25 @@ class ContinuityScorer:
         self.embedder = self.meta["base"]
         self._torch = torch
         self._cache: OrderedDict[tuple[str, str], float] = OrderedDict()
+        self.capacity = self.CACHE
 
     def score(self, pairs: Sequence[tuple[str, str]]) -> list[float]:
         missing = list(dict.fromkeys(p for p in pairs if p not in self._cache))
         for i in range(0, len(missing), 32):
-            with self._torch.no_grad():
+            with self._torch.no_grad(), onednn_off():  # no native state kept per input shape (native.py)
                 vals = self.model.logits(missing[i:i + 32]).tolist()
             self._cache.update(zip(missing[i:i + 32], vals))
         out = []
         for p in pairs:
             self._cache.move_to_end(p)
             out.append(float(self._cache[p]))
-        while len(self._cache) > self.CACHE:
+        while len(self._cache) > self.capacity:
             self._cache.popitem(last=False)
         return out
 
+    def keep(self, pairs: int) -> None:
+        """Keep the logits of at least this many pairs (a fit scores every pair of its data once, then asks again)."""
+        self.capacity = max(self.capacity, pairs)
 
     def known(self) -> dict[tuple[str, str], float]:
         return dict(self._cache)

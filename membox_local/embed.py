@@ -8,6 +8,7 @@ import numpy as np
 
 from .backends.base import Embedder
 from .config import EmbedderConfig
+from .native import onednn_off
 from .store import Store, text_key
 
 
@@ -33,8 +34,9 @@ class SentenceTransformerEmbedder(Embedder):
     def encode(self, texts):
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
-        vecs = self.model.encode(list(texts), batch_size=self.batch_size, normalize_embeddings=True,
-                                 convert_to_numpy=True, show_progress_bar=False)
+        with onednn_off():  # no native state kept per input shape (native.py)
+            vecs = self.model.encode(list(texts), batch_size=self.batch_size, normalize_embeddings=True,
+                                     convert_to_numpy=True, show_progress_bar=False)
         return vecs.astype(np.float32)
 
 

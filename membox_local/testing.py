@@ -213,3 +213,6 @@ class FakeContinuityScorer:
 
     def remember(self, logits):
         self._cache.update(logits)
+
+    def keep(self, pairs):
+        pass

@@ -22,7 +22,7 @@ LAYERS: list[tuple[str, set[str]]] = [
     ("storage, models, input", {"store", "store_lock", "store_connections", "index", "weights", "ingest", "prompts", "backends",
                                 "backends.llamacpp", "backends.openai", "backends.vllm", "backends.transformers",
                                 "backends.router",
-                                "embed", "testing", "continuity",
+                                "embed", "native", "testing", "continuity",
                                 "trust"}),  # what a config read from data may decide (config, the manifest)
     ("execution", {"execution", "execution.driver", "execution.progress", "execution.batch", "execution.merge",
                    "profile"}),  # the build profile: the driver's timing, the machine's ceiling

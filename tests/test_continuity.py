@@ -317,3 +317,17 @@ def test_cpu_ce_cuts_full_boxes_at_their_weakest_point_with_the_real_models(tmp_
         labels = [r["decision"] for r in mem.store.message_rows(conv)]
     assert boxes == [[m.message_id for m in mine[a:b]] for a, b in spans]
     assert labels == [d.label for d in dec]
+
+
+@pytest.mark.integration
+def test_the_scorer_keeps_a_bounded_number_of_pairs_unless_a_fit_asks_for_more(monkeypatch):
+    """A server files without end: the scorer keeps CACHE pairs (least recently used dropped); a fit keeps all."""
+    monkeypatch.setattr(continuity.ContinuityScorer, "CACHE", 4)
+    scorer = continuity.ContinuityScorer(COMMITTED)
+    pairs = [(f"line {i} about tea", f"reply {i}") for i in range(10)]
+    first = scorer.score(pairs[:6])
+    assert len(scorer.known()) == 4 and set(scorer.known()) == set(pairs[2:6])
+    assert scorer.score(pairs[:1]) == pytest.approx(first[:1], abs=1e-4)  # dropped, scored again
+    scorer.keep(10)
+    scorer.score(pairs)
+    assert len(scorer.known()) == 10

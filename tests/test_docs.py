@@ -523,7 +523,7 @@ BENCHMARKS_FIGURES = [
     ("| **the default: cross-encoder judge (configs/cpu-ce.toml, cap 13 cut at the weakest point)** "
      "| **{} ({}-{})** | {} |",
      lambda: ce_box_sizes()),
-    ("the default, cpu-ce, {} against cpu.toml's {} on conv-26 and conv-30 ({} questions;", lambda: judge_qa()),
+    ("cpu-ce {} against cpu.toml's {} on conv-26 and conv-30 ({} questions;", lambda: judge_qa()),
     ("| conv-26: **cpu-ce** | **{}** | **{}** |", lambda: speed_row("conv-26")[:2]),
     ("| conv-30: **cpu-ce** | **{}** | **{}** |", lambda: speed_row("conv-30")[:2]),
     ("| **{} ({})** | {} |", lambda: speed_row("conv-26")[2:]),
@@ -678,6 +678,9 @@ DOCS_FIGURES = [
     ("N = {}, {} against {} s ({}x;", lambda: vllm_batching(16)),
     ("N = {}, {} against {} s ({}x;", lambda: vllm_batching(4)),
     ("| demo conversation | {} | {} / {} | {} / {} | {} |", lambda: vllm_compare()),
+    ("`benchmarks/shape_memory.py`: {} calls +{} MB on, +{} MB off", lambda: [
+        (r := load("shape-memory.json"))["calls"], r["arms"]["on"]["growth_mb_by_quarter"][-1],
+        r["arms"]["off"]["growth_mb_by_quarter"][-1]]),
 ]
 
 

@@ -75,12 +75,20 @@ def request_plan(load: Load, client: int, lines: list[tuple[str, str]]) -> Calla
     """The client's n-th request as (route, arguments): add / search / answer over the load's conversations."""
     rng = random.Random(load.seed * 1000 + client)
 
+    def query() -> str:
+        """A search as an agent makes it, from what was just said: the first words of a line (3 or more; most are
+        texts never embedded before, of every length the data has), or one of the questions."""
+        if rng.random() < 0.25:
+            return rng.choice(QUESTIONS)
+        words = lines[rng.randrange(len(lines))][1].split()
+        return " ".join(words[:rng.randint(min(3, len(words)), max(3, len(words)))]) or rng.choice(QUESTIONS)
+
     def nth(n: int) -> tuple[str, dict]:
         conv = f"soak-{rng.randrange(load.conversations):02d}"
         if n % load.answer_every == 0:
             return "answer", {"question": rng.choice(QUESTIONS), "conversation_id": conv}
         if n % load.search_every == 0:
-            return "search", {"q": rng.choice(QUESTIONS), "conversation_id": conv}
+            return "search", {"q": query(), "conversation_id": conv}
         speaker, text = lines[(client * 7919 + n) % len(lines)]
         return "add", {"conversation_id": conv, "messages": [{
             "conversation_id": conv, "message_id": f"c{client}-{n}", "speaker": speaker, "text": text,

@@ -225,10 +225,11 @@ def precompute_ce(groups, lc, label: str) -> None:
     scorer = continuity_scorer(lc.ce_model)
     digest = hashlib.sha256(resolve_weights(lc.ce_model).read_bytes()).hexdigest()[:16]
     path = RUNS / f"ce-logits-{digest}.json"
-    if path.exists():
-        scorer.remember({(c, n): v for c, n, v in json.loads(path.read_text())})
     w = lc.window
     pairs = list(dict.fromkeys(pair_text(msgs[i - w:i], msgs[i]) for msgs in groups for i in range(w, len(msgs))))
+    saved = json.loads(path.read_text()) if path.exists() else []
+    scorer.keep(len(saved) + len(pairs))  # the judges of the fit ask for each of these again
+    scorer.remember({(c, n): v for c, n, v in saved})
     known = scorer.known()
     missing = [p for p in pairs if p not in known]
     t0 = time.time()
