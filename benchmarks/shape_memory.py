@@ -44,10 +44,15 @@ def batches(data: Path, calls: int, max_batch: int, max_words: int, seed: int) -
             for _ in range(calls)]
 
 
+def encoder(emb: SentenceTransformerEmbedder, name: str):
+    """The embedder's call ("off": inside onednn_off) or the model's own (oneDNN on), unit vectors both."""
+    return emb.encode if name == "off" else (
+        lambda texts: emb.model.encode(texts, normalize_embeddings=True, convert_to_numpy=True))
+
+
 def arm(name: str, args) -> dict:
     emb = SentenceTransformerEmbedder(load_config("cpu-ce").embedder)
-    run = emb.encode if name == "off" else (
-        lambda texts: emb.model.encode(texts, normalize_embeddings=True, convert_to_numpy=True))
+    run = encoder(emb, name)
     work = batches(args.data, args.calls + 100, args.max_batch, args.max_words, args.seed)
     pool = ThreadPoolExecutor(1)
     for texts in work[:100]:
@@ -68,14 +73,12 @@ def side_by_side(args) -> dict:
     seconds = {"on": 0.0, "off": 0.0}
     low = 1.0
     for texts in batches(args.data, args.rounds, 64, args.max_words, args.seed + 1):
+        vecs = {}
         for name in ("on", "off"):
             t0 = time.perf_counter()
-            if name == "off":
-                off = emb.encode(texts)
-            else:
-                on = emb.model.encode(texts, normalize_embeddings=True, convert_to_numpy=True)
+            vecs[name] = encoder(emb, name)(texts)
             seconds[name] += time.perf_counter() - t0
-        low = min(low, float(np.min(np.sum(on * off, axis=1))))
+        low = min(low, float(np.min(np.sum(vecs["on"] * vecs["off"], axis=1))))
     assert torch.backends.mkldnn.enabled
     return {"rounds": args.rounds, "seconds": {k: round(v, 2) for k, v in seconds.items()},
             "off_over_on": round(seconds["off"] / seconds["on"], 3), "min_cosine": low}
