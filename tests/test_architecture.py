@@ -20,7 +20,8 @@ LAYERS: list[tuple[str, set[str]]] = [
                          "retrieval.lexical", "retrieval.eventgraph", "retrieval.eventkeys"}),
     ("registry", {"systems"}),
     ("storage, models, input", {"store", "store_lock", "store_connections", "index", "weights", "ingest", "prompts", "backends",
-                                "backends.llamacpp", "backends.openai", "backends.vllm", "backends.transformers",
+                                "backends.llamacpp", "backends.llamacpp_grammar", "backends.openai", "backends.vllm",
+                                "backends.transformers",
                                 "backends.router",
                                 "embed", "native", "testing", "continuity",
                                 "trust"}),  # what a config read from data may decide (config, the manifest)

@@ -83,7 +83,7 @@ def test_openai_usage_reads_the_servers_cached_tokens():
 def test_grammar_greedy_checks_the_best_token_first_and_picks_what_constraining_first_would():
     import numpy as np
 
-    from membox_local.backends.llamacpp import grammar_greedy
+    from membox_local.backends.llamacpp_grammar import grammar_greedy
 
     rng = np.random.default_rng(0)
     for _ in range(300):
@@ -128,7 +128,7 @@ def test_llamacpp_grammar_first_check_writes_what_the_whole_vocabulary_grammar_w
 def test_llamacpp_json_strings_refuse_raw_control_characters(llamacpp_backend):
     """llama-cpp-python's JSON-schema converter lets a raw newline into a string (the output then is not JSON: an
     EventWeave summary failed so); the backend's grammar keeps JSON's string characters, on the real vocabulary."""
-    from membox_local.backends.llamacpp import GrammarSampler, json_gbnf
+    from membox_local.backends.llamacpp_grammar import GrammarSampler, json_gbnf
 
     schema = {"type": "object", "properties": {"s": {"type": "string", "maxLength": 40}}, "required": ["s"]}
     assert 'char ::= [^"\\\\\\x7F\\x00-\\x1F]' in json_gbnf(schema)
@@ -431,3 +431,45 @@ def test_a_memory_prepares_the_stages_its_systems_generate_in(tmp_path):
     default, own = Recording(), Recording()  # a stage with a model of its own is prepared in that model
     StageRouter(default, {"ew-extract": own}).prepare(["extract", "ew-extract", "ew-summary"])
     assert default.prepared == ["extract", "ew-summary"] and own.prepared == ["ew-extract"]
+
+
+def test_release_sampler_frees_the_last_generations_sampler_once():
+    from membox_local.backends.llamacpp import release_sampler
+
+    class Sampler:
+        closed = 0
+
+        def close(self):
+            Sampler.closed += 1
+
+    class Llm:
+        _sampler = Sampler()
+
+    llm = Llm()
+    release_sampler(llm)
+    release_sampler(llm)  # nothing left to free: no second close
+    assert llm._sampler is None and Sampler.closed == 1
+    release_sampler(object())  # an engine without the attribute: nothing to do
+
+
+def test_llamacpp_text_generations_leave_no_sampler_for_the_garbage_collector(llamacpp_backend):
+    """The real engine: llama-cpp-python keeps each generation's sampler chain (native buffers, in a reference
+    cycle) until Python's full collection; after our text calls, plain and streamed, none is left alive."""
+    import dataclasses
+    import gc
+
+    from llama_cpp._internals import LlamaSampler
+
+    b = llamacpp_backend
+    gc.collect()
+    pieces: list[str] = []
+    for _ in range(3):
+        plain = b.text_batch([text_req()])[0]
+        streamed = b.text_batch([dataclasses.replace(text_req(), on_text=pieces.append)])[0]
+        assert isinstance(plain, TextResult) and isinstance(streamed, TextResult)
+    gc.disable()  # count what reference counting alone left, as a server between its rare full collections
+    try:
+        alive = [o for o in gc.get_objects() if isinstance(o, LlamaSampler) and o.sampler is not None]
+    finally:
+        gc.enable()
+    assert alive == [] and b.llm._sampler is None

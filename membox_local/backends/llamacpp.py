@@ -4,7 +4,8 @@
   first token: exact, constrained by construction, and gives label probabilities for free;
 - JSON: greedy generation under llama.cpp's own JSON-schema grammar (faster here than outlines over llama.cpp,
   which also drops the KV cache between calls), the grammar asked about the model's best token first and applied
-  to the whole vocabulary only when it refuses that token (`grammar_greedy`; [llm] grammar_check_first);
+  to the whole vocabulary only when it refuses that token (`grammar_greedy` in llamacpp_grammar.py; [llm]
+  grammar_check_first);
 - text: greedy generation; with a request's `on_text`, each piece handed over as it is decoded (`_stream`).
 Consecutive prompts share their fixed instructions, and llama.cpp reuses the KV cache for that prefix.
 
@@ -26,6 +27,7 @@ from .base import (Backend, BackendError, JsonRequest, JsonResult, LabelRequest,
                    label_distribution,
                    ScoreRequest, ScoreResult, StructuredOutputError, TextRequest, TextResult, Usage,
                    fit_score_tokens, next_token_logprob, parse_json_output)
+from .llamacpp_grammar import GrammarSampler, grammar_greedy, json_gbnf
 
 # llama.cpp's OpenMP threads spin while they wait by default. With any other load on the cores (a second
 # model, the embedder, other jobs) that spinning made generation 4-5x slower here (Qwen 0.5B, 2 threads at
@@ -60,13 +62,6 @@ def check_gguf(path) -> None:
                            f"{GGUF_MAGIC!r}); name a GGUF file or a model in models/manifest.toml")
 
 
-# llama-cpp-python's port of llama.cpp's JSON-schema converter lets any character but a quote or a backslash into a
-# string (`char ::= [^"\\]`), so a raw newline could end up inside one and the output not parse as JSON (seen: an
-# EventWeave summary, "Invalid control character"). llama.cpp's own converter excludes the control characters.
-_LOOSE_CHAR = 'char ::= [^"\\\\] |'
-_JSON_CHAR = 'char ::= [^"\\\\\\x7F\\x00-\\x1F] |'
-
-
 def cached_prefix(cached: Sequence[int], tokens: Sequence[int]) -> int:
     """How many of `tokens` a llama.cpp context holding `cached` keeps from its KV cache: their longest common
     prefix, never the last token (evaluated again for its logits), as llama-cpp-python's generate does."""
@@ -78,70 +73,15 @@ def cached_prefix(cached: Sequence[int], tokens: Sequence[int]) -> int:
     return n
 
 
-def json_gbnf(schema: dict) -> str:
-    """The GBNF grammar of a JSON schema (llama-cpp-python's converter), with JSON's own string characters: no raw
-    control character inside a string."""
-    from llama_cpp.llama_grammar import json_schema_to_gbnf
-
-    return json_schema_to_gbnf(json.dumps(schema)).replace(_LOOSE_CHAR, _JSON_CHAR)
-
-
-def grammar_greedy(logits: np.ndarray, accepts: Callable[[int], bool],
-                   constrain: Callable[[np.ndarray], np.ndarray]) -> int:
-    """The greedy token under a grammar, found cheaply: the unconstrained best token, if the grammar accepts it
-    (one token checked), else the best of what the grammar allows over the whole vocabulary (`constrain` returns
-    the logits with refused tokens at -inf). The same token as constraining first, since the best token that the
-    grammar accepts is the best allowed one; llama.cpp's own server samples this way. Checking one token instead of
-    ~150,000 (Qwen's vocabulary) per generated token: 1.03-1.7x on the JSON stages (benchmarks/json_levers.py)."""
-    best = int(np.argmax(logits))
-    if accepts(best):
-        return best
-    allowed = constrain(logits)
-    best = int(np.argmax(allowed))
-    if not np.isfinite(allowed[best]):
-        raise BackendError("the JSON grammar allows no token here")
-    return best
-
-
-class GrammarSampler:
-    """One request's grammar state in llama.cpp (a grammar sampler cloned from a parsed prototype): `accepts`
-    checks one token, `constrain` the whole vocabulary, `accept` advances the state past the chosen token."""
-
-    def __init__(self, proto, n_vocab: int):
-        import ctypes
-
-        import llama_cpp
-
-        self._lib, self._ct = llama_cpp, ctypes
-        self.smpl = llama_cpp.llama_sampler_clone(proto)
-        self._one = (llama_cpp.llama_token_data * 1)()
-        self._all = (llama_cpp.llama_token_data * n_vocab)()
-        view = np.frombuffer(self._all, dtype=np.dtype([("id", "<i4"), ("logit", "<f4"), ("p", "<f4")]))
-        view["id"] = np.arange(n_vocab, dtype=np.int32)
-        self._view = view
-
-    def _apply(self, data, size: int) -> None:
-        arr = self._lib.llama_token_data_array(data=self._ct.cast(data, self._lib.llama_token_data_p), size=size,
-                                                selected=-1, sorted=False)
-        self._lib.llama_sampler_apply(self.smpl, self._ct.byref(arr))
-
-    def accepts(self, token: int) -> bool:
-        self._one[0].id, self._one[0].logit, self._one[0].p = token, 0.0, 0.0
-        self._apply(self._one, 1)
-        return self._one[0].logit != float("-inf")
-
-    def constrain(self, logits: np.ndarray) -> np.ndarray:
-        self._view["logit"] = logits
-        self._apply(self._all, len(logits))
-        return self._view["logit"].copy()
-
-    def accept(self, token: int) -> None:
-        self._lib.llama_sampler_accept(self.smpl, token)
-
-    def close(self) -> None:
-        smpl, self.smpl = self.smpl, None
-        if smpl:
-            self._lib.llama_sampler_free(smpl)
+def release_sampler(llm) -> None:
+    """Free the sampler chain llama-cpp-python made for the last generation (`generate` keeps it on the instance
+    until the next one). Its Python object sits in a reference cycle, so dropping it leaves its native buffers
+    (top-p keeps one of the vocabulary's size) to Python's rare full collections: a long-running server gained
+    megabytes of them per hundred answers (issue 53). Freed here when each generation ends."""
+    sampler = getattr(llm, "_sampler", None)
+    if sampler is not None:
+        llm._sampler = None
+        sampler.close()
 
 
 class LlamaCppAdapter:
@@ -290,7 +230,10 @@ class LlamaCppBackend(Backend):
         llm = llm or self.llm
         tokens = self.prompt_tokens(prompt)
         cached = cached_prefix(llm._input_ids, tokens)  # what create_completion keeps of its KV cache
-        out = llm.create_completion(tokens, grammar=grammar, **self.adapter.completion_kwargs(max_tokens))
+        try:
+            out = llm.create_completion(tokens, grammar=grammar, **self.adapter.completion_kwargs(max_tokens))
+        finally:
+            release_sampler(llm)
         choice = out["choices"][0]
         u = out["usage"]
         usage = Usage("", u["prompt_tokens"], u["completion_tokens"], cached)
@@ -318,16 +261,19 @@ class LlamaCppBackend(Backend):
         decoder = codecs.getincrementaldecoder("utf-8")(errors="ignore")
         pieces: list[str] = []
         n = 0
-        for token in llm.generate(tokens, top_k=kw["top_k"], temp=kw["temperature"],
-                                  repeat_penalty=kw["repeat_penalty"]):
-            if llama_cpp.llama_vocab_is_eog(llm._model.vocab, token):
-                break
-            n += 1
-            pieces.append(decoder.decode(llm.detokenize([token])))
-            if pieces[-1]:
-                on_text(pieces[-1])
-            if n >= limit:
-                break
+        try:
+            for token in llm.generate(tokens, top_k=kw["top_k"], temp=kw["temperature"],
+                                      repeat_penalty=kw["repeat_penalty"]):
+                if llama_cpp.llama_vocab_is_eog(llm._model.vocab, token):
+                    break
+                n += 1
+                pieces.append(decoder.decode(llm.detokenize([token])))
+                if pieces[-1]:
+                    on_text(pieces[-1])
+                if n >= limit:
+                    break
+        finally:
+            release_sampler(llm)
         pieces.append(decoder.decode(b"", final=True))
         if pieces[-1]:
             on_text(pieces[-1])
