@@ -304,6 +304,29 @@ def test_report_cli_prints_saved_runs_as_one_table(tmp_path, capsys):
         main(["report", str(tmp_path / "a.json"), str(tmp_path / "c.json")])
 
 
+def test_report_pools_runs_of_other_conversations_of_the_same_slice():
+    full = _results()
+    full["settings"] = {"sessions": 2, "threads": 2}
+
+    def only(conv):
+        return {**full, "conversations": {conv: full["conversations"][conv]},
+                "systems": {name: {**entry, "conversations": {c: v for c, v in entry["conversations"].items()
+                                                             if c == conv}}
+                            for name, entry in full["systems"].items()}}
+
+    merged = report.merge([only("c1"), only("c2")])
+    assert set(merged["conversations"]) == {"c1", "c2"}
+    assert report.summarise(merged) == report.summarise(full)  # the same pooled rows as one run of both
+    with pytest.raises(SystemExit, match="differ in settings.sessions"):
+        report.merge([only("c1"), {**only("c2"), "settings": {"sessions": 3, "threads": 2}}])
+    fewer = only("c2")
+    fewer["systems"] = {"membox": fewer["systems"]["membox"]}
+    with pytest.raises(SystemExit, match="every system must be in every conversation"):
+        report.merge([only("c1"), fewer])
+    with pytest.raises(SystemExit, match="in two runs of different conversations"):
+        report.merge([only("c1"), full])
+
+
 # ---- the server and its proxy --------------------------------------------------------------------
 def test_json_schema_response_format_becomes_the_servers_json_object_with_schema():
     schema = {"type": "object", "properties": {"keywords": {"type": "array", "items": {"type": "string"}}}}

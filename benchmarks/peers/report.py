@@ -133,17 +133,58 @@ def load(path: str | Path) -> dict:
     return json.loads(Path(path).read_text())
 
 
+# what makes two runs the same slice and settings (a run's "settings", as `run` saved them), beside the models
+SLICE_SETTINGS = ("sessions", "messages", "questions", "categories", "config", "overrides", "budget", "k", "peer_k",
+                  "threads", "n_ctx", "max_tokens")
+
+
+def _same_settings(first: dict, other: dict) -> None:
+    for key in ("budget_tokens", "answer_model", "build_model", "embedder"):
+        if other.get(key) != first.get(key):
+            raise SystemExit(f"these runs differ in {key}: {first.get(key)} against {other.get(key)}; "
+                             "only runs of the same slice and settings share a table")
+    a, b = first.get("settings", {}), other.get("settings", {})
+    for key in SLICE_SETTINGS:
+        if a.get(key) != b.get(key):
+            raise SystemExit(f"these runs differ in settings.{key}: {a.get(key)} against {b.get(key)}; "
+                             "only runs of the same slice and settings share a table")
+
+
 def merge(runs: list[dict]) -> dict:
-    """Runs of the same conversations and budget (say one system per run, one after another) as one: the first
-    run's header, every run's systems (a later run's row of the same system replaces an earlier one)."""
+    """Runs of the same slice and settings as one table. Runs of the same conversations (say one system per run,
+    one after another): every run's systems, a later run's row of the same system replacing an earlier one. Runs
+    of other conversations (say conv-26 in one, conv-30 in another): each system's conversations pooled, so every
+    system must be in every run (a row pooled over fewer conversations than another's would not compare)."""
     first = runs[0]
     for other in runs[1:]:
-        for key in ("conversations", "budget_tokens", "answer_model", "build_model"):
-            if other.get(key) != first.get(key):
-                raise SystemExit(f"these runs differ in {key}: {first.get(key)} against {other.get(key)}; "
-                                 "only runs of the same slice and settings share a table")
-    merged = {**first, "systems": {}}
+        _same_settings(first, other)
+    groups: dict[tuple, list[dict]] = {}
     for run in runs:
-        merged["systems"].update(run.get("systems", {}))
-    merged["commands"] = [run.get("command", "") for run in runs]
+        groups.setdefault(tuple(sorted(run.get("conversations", {}))), []).append(run)
+    seen: set[str] = set()
+    for convs in groups:
+        if seen & set(convs):
+            raise SystemExit(f"conversation(s) {sorted(seen & set(convs))} are in two runs of different "
+                             "conversations; pool runs of disjoint conversations")
+        seen |= set(convs)
+    merged = {**first, "systems": {}, "conversations": {}, "commands": [run.get("command", "") for run in runs]}
+    pooled: list[dict] = []
+    for group in groups.values():
+        systems: dict[str, dict] = {}
+        for run in group:
+            systems.update(run.get("systems", {}))
+            merged["conversations"].update(run.get("conversations", {}))
+        pooled.append(systems)
+    names = set(pooled[0])
+    for systems in pooled[1:]:
+        if set(systems) != names:
+            raise SystemExit(f"runs of other conversations measured other systems ({sorted(names)} against "
+                             f"{sorted(systems)}); every system must be in every conversation's runs")
+    for name in pooled[0]:
+        entries = [systems[name] for systems in pooled]
+        merged["systems"][name] = {**entries[0], "conversations": {
+            conv: data for entry in entries for conv, data in entry.get("conversations", {}).items()}}
+        failed = [e for e in entries if e.get("status") in ("unavailable", "failed")]
+        if failed:
+            merged["systems"][name].update(status=failed[0]["status"], reason=failed[0].get("reason", ""))
     return merged
