@@ -230,6 +230,10 @@ SPEED = "build-speed-split-{}.json"  # benchmarks/build_speed.py, cpu against cp
 
 # README phrase -> result file -> key path, and the figures read from it.
 README_FIGURES = [
+    ("LoCoMo F1 {} against mem0's {} and A-Mem's {}, building in {} s per message against {} and {}",
+     "peers-conv30-s2.json", "peers-conv26-s2.json and peers-conv30-s2.json pooled: locomo_f1, build_s_per_message",
+     lambda: [peers_row(n)[5 if n == "mem0" else 4] for n in ("membox", "mem0", "amem")]
+     + [peers_row(n)[0] for n in ("membox", "mem0", "amem")]),
     ("it scores LoCoMo F1 {} against {} with the 0.5B model on the same {} dev questions", ANSWERS,
      "answerer 1.5b / 0.5b: scores.locomo_f1; questions each answered",
      lambda: [qa_by(ANSWERS, "qwen2.5-coder-1.5b", "locomo_f1"), qa_by(ANSWERS, "qwen2.5-coder-0.5b", "locomo_f1"),
@@ -570,6 +574,10 @@ BENCHMARKS_FIGURES = [
     ("| box-hits with the unmentioned-term guard (`--set answer.check_terms=true`) | {} | {} | {} | {} | {} | {} | {} |",
      lambda: lme_qa_row(LME_GUARD, "box-hits")),
     ("on LoCoMo dev it takes over {} of {} (-{} F1, saved answers)", lambda: guard_locomo()),
+    ("| **membox_local (the default)** | **{}** | {} / {} / {} | **{}** | **{}** | **{}** | {} / {} / {} / {} | {} |",
+     lambda: peers_row("membox")),
+    ("| mem0ai 2.2.1 | {} ({}x) | {} / {} / {} | {} | {} | {} | {} / {} / {} / {} | {} |", lambda: peers_row("mem0")),
+    ("| A-Mem (a-mem 0.2.6) | {} | {} / {} / {} | {} | {} | {} | {} / {} / {} / {} | {} |", lambda: peers_row("amem")),
 ]
 
 
@@ -662,6 +670,30 @@ def soak_row(name: str, kind: str) -> list:
     return [r["server_errors"], r["tracebacks"], f"{r['accepted']:,}", f"{r['messages_filed']:,}",
             f"{search['p50_s']:.2f}", f"{search['p95_s']:.2f}", f"{r['growth_beyond_data_mb']:+.1f}",
             f"{r['indexes_mb']['end'] - r['indexes_mb']['warm']:.1f}"]
+
+
+PEERS_RUNS = ("peers-conv26-s2.json", "peers-conv30-s2.json")
+
+
+def peers_row(system: str) -> list:
+    """A system's row of BENCHMARKS.md's peers table: the saved runs pooled as `python -m benchmarks.peers report`
+    pools them (benchmarks/peers/report.py, imported as the package it is)."""
+    import sys
+
+    if str(REPO) not in sys.path:
+        sys.path.insert(0, str(REPO))
+    from benchmarks.peers import report
+
+    rows = report.summarise(report.merge([load(name) for name in PEERS_RUNS]))
+    r = rows[system]
+    cells = [f"{r['build_s_per_message']:.2f}"]
+    if system == "mem0":
+        cells.append(f"{r['build_s_per_message'] / rows['membox']['build_s_per_message']:.0f}")
+    cells += [f"{r['llm_calls_per_message']:.2f}", f"{r['prompt_tokens_per_message']:,.0f}",
+              f"{r['completion_tokens_per_message']:.1f}"]
+    cells += [f"{100 * r[m]:.1f}" for m in ("locomo_f1", "mem0_f1", "mem0_bleu1")]
+    cells += [f"{100 * r['by_category'][c]['locomo_f1']:.1f}" for c in (1, 2, 3, 4)]
+    return cells + [f"{r['answer_s']:.2f}"]
 
 
 # figures of the docs pages: docs/records.md (the events made from the lines, benchmarks/events_fit.py) and
