@@ -469,7 +469,7 @@ def test_llamacpp_text_generations_leave_no_sampler_for_the_garbage_collector(ll
         assert isinstance(plain, TextResult) and isinstance(streamed, TextResult)
     gc.disable()  # count what reference counting alone left, as a server between its rare full collections
     try:
-        alive = [o for o in gc.get_objects() if isinstance(o, LlamaSampler) and o.sampler is not None]
+        alive = [o for o in gc.get_objects() if type(o) is LlamaSampler and o.sampler is not None]
     finally:
         gc.enable()
     assert alive == [] and b.llm._sampler is None

@@ -574,6 +574,8 @@ BENCHMARKS_FIGURES = [
     ("| box-hits with the unmentioned-term guard (`--set answer.check_terms=true`) | {} | {} | {} | {} | {} | {} | {} |",
      lambda: lme_qa_row(LME_GUARD, "box-hits")),
     ("on LoCoMo dev it takes over {} of {} (-{} F1, saved answers)", lambda: guard_locomo()),
+    ("**0 5xx, 0 tracebacks** both; {} / {} adds, each stored once; search p95 {} / {} s; resident memory +{} / +{} MB",
+     lambda: soak_pair()),
     ("| **membox_local (the default)** | **{}** | {} / {} / {} | **{}** | **{}** | **{}** | {} / {} / {} / {} | {} |",
      lambda: peers_row("membox")),
     ("| mem0ai 2.2.1 | {} ({}x) | {} / {} / {} | {} | {} | {} | {} / {} / {} / {} | {} |", lambda: peers_row("mem0")),
@@ -670,6 +672,14 @@ def soak_row(name: str, kind: str) -> list:
     return [r["server_errors"], r["tracebacks"], f"{r['accepted']:,}", f"{r['messages_filed']:,}",
             f"{search['p50_s']:.2f}", f"{search['p95_s']:.2f}", f"{r['growth_beyond_data_mb']:+.1f}",
             f"{r['indexes_mb']['end'] - r['indexes_mb']['warm']:.1f}"]
+
+
+def soak_pair() -> list:
+    """The Reliability row of the MCP soak (cpu-fast; saved before the growth beyond the data was kept) and the soak
+    on the CPU default (cpu-ce): adds, search p95 and resident memory after the first minute, each pair in turn."""
+    mcp, ce = load("soak-mcp-cpu-fast.json")["results"]["mcp"], load("soak-cpu-ce.json")["results"]["serve"]
+    return [f"{mcp['accepted']:,}", f"{ce['accepted']:,}", f"{mcp['routes']['search']['p95_s']:.2f}",
+            f"{ce['routes']['search']['p95_s']:.2f}", f"{mcp['rss']['growth_mb']:.0f}", f"{ce['growth_beyond_data_mb']:.0f}"]
 
 
 PEERS_RUNS = ("peers-conv26-s2.json", "peers-conv30-s2.json")
