@@ -720,6 +720,9 @@ DOCS_FIGURES = [
     ("N = {}, {} against {} s ({}x;", lambda: vllm_batching(16)),
     ("N = {}, {} against {} s ({}x;", lambda: vllm_batching(4)),
     ("| demo conversation | {} | {} / {} | {} / {} | {} |", lambda: vllm_compare()),
+    ("adds +{} MB after the prepare batch with flash attention off and +{} MB with it on, the fill as fast ({} against {} s)",
+     lambda: [(r := load("attention-memory.json")["arms"])["off"]["growth_after_prepare_mb"],
+              r["on"]["growth_after_prepare_mb"], r["off"]["fill_s"], r["on"]["fill_s"]]),
     ("`benchmarks/shape_memory.py`: {} calls +{} MB on, +{} MB off", lambda: [
         (r := load("shape-memory.json"))["calls"], r["arms"]["on"]["growth_mb_by_quarter"][-1],
         r["arms"]["off"]["growth_mb_by_quarter"][-1]]),

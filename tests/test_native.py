@@ -56,3 +56,21 @@ def test_minilm_gives_the_same_vectors_with_onednn_off():
     vecs = emb.model.encode(texts, normalize_embeddings=True, convert_to_numpy=True)  # oneDNN on
     assert off.shape == vecs.shape == (3, emb.dim)
     assert np.min(np.sum(off * vecs, axis=1)) > 0.9999
+
+
+@pytest.mark.integration
+def test_llamacpp_attention_room_grows_with_the_kv_cache_unless_flash_attention(tmp_path):
+    """benchmarks/attention_memory.py on the tests' model: each arm in its own process, the saved figures complete;
+    filling the context after the prepare batch adds resident memory with flash attention off, less with it on."""
+    import json
+
+    pytest.importorskip("llama_cpp")
+    from conftest import benchmark_script
+
+    out = tmp_path / "attention.json"
+    assert benchmark_script("attention_memory").main(["--model", "smollm2-135m", "--n-ctx", "1024", "--threads", "1",
+                                                      "--save", str(out)]) == 0
+    arms = json.loads(out.read_text())["arms"]
+    for r in arms.values():
+        assert list(r["by_depth_mb"]) == ["960"] and r["loaded_mb"] <= r["prepared_mb"]
+    assert arms["off"]["growth_after_prepare_mb"] > arms["on"]["growth_after_prepare_mb"] + 5
