@@ -95,6 +95,11 @@ class LLMConfig:
     # its own instructions in its KV cache between calls; costs ~590 MB of memory per extra instance (0.5B model)
     # (a further 1.3-1.7x on the JSON stages, benchmarks/json_levers.py); false: one instance, instructions read again
     stage_contexts: bool = True
+    # llama.cpp: flash attention. Off, an instance's attention room grows with the tokens in its KV cache as prompts
+    # reach deeper, up to a size reserved for n_ctx (+118 MB for the 0.5B at n_ctx 4096: a server's memory rises over
+    # its first long prompts); on, it stays flat and the fill is as fast (`python benchmarks/attention_memory.py`).
+    # Off by default until its effect on build speed, answers and segmentation is measured; not a build setting
+    flash_attn: bool = False
     # OpenAI-compatible servers
     base_url: str = _opt("", reach="endpoint")
     # a plain http:// base_url to another machine sends the conversation text (and the key) unencrypted, so it is

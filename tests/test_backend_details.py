@@ -473,3 +473,24 @@ def test_llamacpp_text_generations_leave_no_sampler_for_the_garbage_collector(ll
     finally:
         gc.enable()
     assert alive == [] and b.llm._sampler is None
+
+
+def test_llamacpp_flash_attn_key_reaches_every_instance_and_requests_still_answer():
+    """[llm] flash_attn: each llama.cpp instance the backend makes (the main one, a stage's, the scorer) is made with
+    it; the real engine answers JSON and text requests with it on (greedy output may differ from off: structure only)."""
+    pytest.importorskip("llama_cpp")
+    import llama_cpp
+
+    from membox_local.backends.llamacpp import LlamaCppBackend
+
+    b = LlamaCppBackend(smollm_cfg(flash_attn=True))
+    try:
+        on = llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED
+        assert b.llm.context_params.flash_attn_type == on
+        assert b._make().context_params.flash_attn_type == on
+        assert isinstance(b.json_batch([json_req(1)])[0], JsonResult)
+        assert isinstance(b.text_batch([text_req()])[0], TextResult)
+        b.score_batch([ScoreRequest("The cat is called", " Tom", "judge")])
+        assert b._scorer.context_params.flash_attn_type == on
+    finally:
+        b.close()

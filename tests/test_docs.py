@@ -576,6 +576,10 @@ BENCHMARKS_FIGURES = [
     ("on LoCoMo dev it takes over {} of {} (-{} F1, saved answers)", lambda: guard_locomo()),
     ("**0 5xx, 0 tracebacks** both; {} / {} adds, each stored once; search p95 {} / {} s; resident memory +{} / +{} MB",
      lambda: soak_pair()),
+    ("with `[llm] flash_attn = true` (`--config benchmarks/soak-flash.toml`: llama.cpp's attention room stops growing "
+     "with the KV cache, `benchmarks/attention_memory.py`) **{} MB**, search p95 {} s",
+     lambda: (lambda r: [f"{r['growth_beyond_data_mb']:+.1f}", f"{r['routes']['search']['p95_s']:.2f}"])(
+         load("soak-cpu-fast-flash.json")["results"]["serve"])),
     ("| **membox_local (the default)** | **{}** | {} / {} / {} | **{}** | **{}** | **{}** | {} / {} / {} / {} | {} |",
      lambda: peers_row("membox")),
     ("| mem0ai 2.2.1 | {} ({}x) | {} / {} / {} | {} | {} | {} | {} / {} / {} / {} | {} |", lambda: peers_row("mem0")),

@@ -156,7 +156,7 @@ class LlamaCppBackend(Backend):
         threads = cfg.n_threads or os.cpu_count() or 1
         check_gguf(path)
         self._make = lambda: Llama(model_path=path, n_ctx=cfg.n_ctx, n_threads=threads, n_threads_batch=threads,
-                                   n_batch=cfg.n_batch, seed=cfg.seed, verbose=False)
+                                   n_batch=cfg.n_batch, seed=cfg.seed, flash_attn=cfg.flash_attn, verbose=False)
         try:
             self.llm = self._make()
         except ValueError as exc:  # llama-cpp-python: "Failed to load model from file: ..."
@@ -426,7 +426,8 @@ class LlamaCppBackend(Backend):
 
             threads = self.cfg.n_threads or os.cpu_count() or 1
             self._scorer = Llama(model_path=self.model_path, n_ctx=self.cfg.score_ctx, n_threads=threads,
-                                 n_threads_batch=threads, n_batch=self.cfg.n_batch, seed=self.cfg.seed, verbose=False)
+                                 n_threads_batch=threads, n_batch=self.cfg.n_batch, seed=self.cfg.seed,
+                                 flash_attn=self.cfg.flash_attn, verbose=False)
             self._scored = []
         results = []
         for req in requests:
