@@ -20,16 +20,10 @@ import time
 from pathlib import Path
 
 from membox_local.argtypes import count
+from membox_local.evaluation.soak import rss_mb
 from membox_local.weights import resolve_model
 
 TEXT = b"The quick brown fox told Maya that the lake trip moved to Saturday, and Tom said he would bring the tent. "
-
-
-def rss_mb() -> float:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
 
 
 def arm(model: str, n_ctx: int, threads: int, flash: bool) -> dict:

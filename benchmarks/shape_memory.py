@@ -24,16 +24,10 @@ from pathlib import Path
 import numpy as np
 
 from membox_local.argtypes import count
+from membox_local.evaluation.soak import rss_mb
 from membox_local.config import load_config
 from membox_local.embed import SentenceTransformerEmbedder
 from membox_local.ingest import load_messages
-
-
-def rss_mb() -> float:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
 
 
 def batches(data: Path, calls: int, max_batch: int, max_words: int, seed: int) -> list[list[str]]:

@@ -71,6 +71,17 @@ def texts(data: Path | None) -> list[tuple[str, str]]:
     return [(m.speaker, m.text) for m in load_messages(data or DEMO)]
 
 
+def rss_mb(pid: int | str = "self") -> float | None:
+    """A process's resident memory in MB (Linux: /proc/<pid>/status, VmRSS); None where it cannot be read."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        return None
+    return None
+
+
 def request_plan(load: Load, client: int, lines: list[tuple[str, str]]) -> Callable[[int], tuple[str, dict]]:
     """The client's n-th request as (route, arguments): add / search / answer over the load's conversations."""
     rng = random.Random(load.seed * 1000 + client)
@@ -126,13 +137,7 @@ class Server:
         raise RuntimeError(f"the server did not listen within {timeout_s:.0f} s: {self.log_tail()}")
 
     def rss_mb(self) -> float | None:
-        try:
-            for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) / 1024
-        except OSError:
-            return None
-        return None
+        return rss_mb(self.proc.pid)
 
     def indexes_mb(self) -> float | None:
         """What the server says its vector indexes hold in memory (status `indexes_mb`); None when not read."""
