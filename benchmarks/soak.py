@@ -36,6 +36,10 @@ def table(results: dict[str, dict]) -> str:
                     f"stored, {res['messages_filed']} filed); tracebacks {res['tracebacks']}; accepted {res['accepted']}, not stored "
                     f"{len(res['accepted_not_stored'])}, stored twice {len(res['stored_twice'])}, refused but "
                     f"stored {len(res['refused_but_stored'])}")
+        by_kind = res.get("rss_by_kind") or {}
+        if by_kind.get("anon") is not None:
+            rows.append(f"{kind}: of that growth, heaps and buffers {by_kind['anon']:+} MB, pages of mapped files "
+                        f"(model weights read in) {by_kind['file']:+} MB")
         held = res.get("indexes_mb") or {}
         if res.get("growth_beyond_data_mb") is not None:
             rows.append(f"{kind}: the server's vector indexes held {held['warm']} MB at the end of warm-up "

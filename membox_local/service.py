@@ -111,12 +111,18 @@ class Service:
             self._thread = threading.Thread(target=self._run, name="membox-filer", daemon=True)
             self._thread.start()
             # the first search does not wait for the embedder to load (the model itself: nothing written to the
-            # cache), nor the first answer for its model: loaded, its buffers allocated (Backend.prepare) before any
-            # question, so the server's resident memory after start-up grows only with the data it holds
+            # cache), nor the first answer for its model: loaded, its buffers allocated (Backend.prepare) and the
+            # embedder's weights read (Embedder.make_resident) before any question, so the server's resident memory
+            # after start-up grows only with the data it holds
             self._workers["search"].submit(self._warm, "the reader's embedder",
-                                           lambda: self.reader.embedder.inner.encode(["warm up"]))
+                                           lambda: self._warm_embedder(self.reader))
             self._workers["answer"].submit(self._warm, "the reader's answering model",
                                            lambda: self.reader.answer_backend.prepare(["answer"]))
+
+    @staticmethod
+    def _warm_embedder(memory: Memory) -> None:
+        memory.embedder.inner.encode(["warm up"])
+        memory.embedder.inner.make_resident()
 
     @staticmethod
     def _warm(what: str, load) -> None:
@@ -199,6 +205,7 @@ class Service:
         # the build's model with an instance for each stage its systems generate in (Memory.prepare_build), on this
         # thread before it files anything: the first sealed box does not allocate them mid-run
         self._warm("the build's model", self.writer.prepare_build)
+        self._warm("the build's embedder", lambda: self._warm_embedder(self.writer))
         while not self._stop.is_set():
             self._wake.clear()
             todo = self._todo()

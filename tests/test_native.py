@@ -1,8 +1,10 @@
 """native.onednn_off: torch's oneDNN off inside, the process's flag set back by the last caller out, and MiniLM's
-vectors the same with it off (native.py says why: native state per input shape, issue 53)."""
+vectors the same with it off (native.py says why: native state per input shape, issue 53); MiniLM's weights resident
+after make_resident."""
 import random
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -56,6 +58,40 @@ def test_minilm_gives_the_same_vectors_with_onednn_off():
     vecs = emb.model.encode(texts, normalize_embeddings=True, convert_to_numpy=True)  # oneDNN on
     assert off.shape == vecs.shape == (3, emb.dim)
     assert np.min(np.sum(off * vecs, axis=1)) > 0.9999
+
+
+def _resident_kb(path_part: str) -> int:
+    """KiB of this process's mappings of files whose path holds `path_part` that are resident (/proc/self/smaps)."""
+    total, mine = 0, False
+    for line in Path("/proc/self/smaps").read_text().splitlines():
+        head = line.split()
+        if head and "-" in head[0] and ":" not in head[0]:
+            mine = len(head) > 5 and path_part in head[5]
+        elif mine and line.startswith("Rss:"):
+            total += int(head[1])
+    return total
+
+
+@pytest.mark.integration
+@pytest.mark.skipif(not Path("/proc/self/smaps").exists(), reason="reads Linux's /proc/self/smaps")
+def test_minilm_weights_are_resident_after_make_resident_so_new_words_add_none():
+    """safetensors maps the weights: a word-embedding page becomes resident when a text first uses one of its words.
+    After make_resident the whole file is; texts with words never seen before add no resident page of it."""
+    from membox_local.config import load_config
+    from membox_local.embed import SentenceTransformerEmbedder
+    from membox_local.weights import resolve_model
+
+    cfg = load_config("cpu-ce").embedder
+    emb = SentenceTransformerEmbedder(cfg)
+    weights = next(resolve_model(cfg.model).rglob("*.safetensors"))
+    emb.encode(["warm up"])
+    before = _resident_kb(weights.name)
+    emb.make_resident()
+    resident = _resident_kb(weights.name)
+    assert resident > before and resident * 1024 >= 0.95 * weights.stat().st_size
+    rare = ["zygomorphic quokka xylophone", "Kierkegaard's axolotl ombudsman", "ptarmigan gazpacho fjord vellum"]
+    emb.encode(rare)
+    assert _resident_kb(weights.name) - resident < 64  # no new weights page (a few pages' slack)
 
 
 @pytest.mark.integration

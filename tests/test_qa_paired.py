@@ -6,13 +6,15 @@ import json
 from conftest import benchmark_script
 
 
-def _run(folder, mode, budget, answered):
+def _run(folder, mode, budget, answered, overrides=None):
     folder.mkdir()
     lines = []
     for qid, f1 in answered:
         lines.append({"conversation": "c", "qid": qid, "category": 2, "mode": mode, "qa_budget": budget,
-                      "context_tokens": budget - 3, "qa_recall": 1.0, "answer_s": 2.0,
+                      "context_tokens": budget - 3, "qa_recall": 1.0, "answer_s": 2.0, "prediction": f"p{f1}",
                       "scores": {"locomo_f1": f1, "mem0_f1": f1, "mem0_bleu1": f1 / 2}})
+    if overrides is not None:  # what `membox eval locomo --set` leaves in the run's settings
+        (folder / "settings.json").write_text(json.dumps({"fixed": {"qa_budget": budget, "overrides": overrides}}))
     lines.append({"conversation": "c", "qid": 99, "category": 2, "mode": mode, "qa_budget": budget,
                   "context_tokens": 0, "scores": None})  # retrieval only: not an answer
     (folder / "questions.jsonl").write_text("\n".join(map(json.dumps, lines)) + "\n")
@@ -28,9 +30,20 @@ def test_arms_are_scored_on_the_questions_all_of_them_answered(tmp_path):
     assert table["box-hits@500"]["locomo_f1"] == 75.0 and table["box-hits@1000"]["locomo_f1"] == 100.0
     assert table["box-hits@500"]["questions"] == 2 and table["box-hits@1000"]["context_tokens"] == 997
     diffs = qp.differences(qp.arms([a, b]), common)  # question by question: -50 and 0
-    assert diffs["box-hits@500 - box-hits@1000"] == {"mean": -25.0, "se": 25.0}
+    assert diffs["box-hits@500 - box-hits@1000"] == {"mean": -25.0, "se": 25.0, "same_answers": 1}
     out = tmp_path / "out.json"
     assert qp.main([str(a), str(b), "--save", str(out)]) == 0
     saved = json.loads(out.read_text())
     assert [q["qid"] for q in saved["per_question"]] == [1, 2] and "question" not in saved["per_question"][0]
     assert saved["differences"] == diffs
+
+
+def test_runs_that_differ_only_in_set_keys_are_two_arms_and_say_how_many_answers_are_the_same(tmp_path):
+    qp = benchmark_script("qa_paired")
+    off = _run(tmp_path / "off", "box-hits", 1000, [(1, 0.5), (2, 1.0)], {"llm.flash_attn": False})
+    on = _run(tmp_path / "on", "box-hits", 1000, [(1, 0.5), (2, 0.0)], {"llm.flash_attn": True})
+    by_arm = qp.arms([off, on])
+    assert set(by_arm) == {"box-hits@1000 llm.flash_attn=false", "box-hits@1000 llm.flash_attn=true"}
+    common, _ = qp.paired(by_arm)
+    diff = qp.differences(by_arm, common)["box-hits@1000 llm.flash_attn=false - box-hits@1000 llm.flash_attn=true"]
+    assert diff["mean"] == 50.0 and diff["same_answers"] == 1

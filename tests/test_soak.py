@@ -172,7 +172,8 @@ def test_the_report_finds_500s_tracebacks_and_messages_lost_doubled_or_stored_af
     stored = Counter({("a", "1"): 1, ("a", "3"): 1})
     log = "INFO ok\nTraceback (most recent call last):\n  File x\nsqlite3.DatabaseError: another row available\n"
     res = S.report(tally, stored, [(0, 900.0), (30, 950.0), (60, 1000.0), (120, 1010.0)], log, S.Load(), 60.0,
-                   ("200", "202"))
+                   ("200", "202"), parts=[(0, 500.0, 400.0), (60, 560.0, 440.0), (120, 566.0, 444.0)])
+    assert res["rss_by_kind"] == {"anon": pytest.approx(6.0), "file": pytest.approx(4.0)}  # heaps, mapped weights
     assert res["server_errors"] == 1 and res["tracebacks"] == 1
     assert res["accepted_not_stored"] == [("a", "2")] and res["refused_but_stored"] == [("a", "3")]
     assert res["rss"]["growth_mb"] == pytest.approx(10.0) and res["rss"]["max_mb"] == 1010.0
@@ -181,6 +182,7 @@ def test_the_report_finds_500s_tracebacks_and_messages_lost_doubled_or_stored_af
     assert len(lines) == 4 and any("traceback" in line for line in lines)
     clean = S.report(S.Tally(), Counter(), [], "", S.Load(), 60.0, ("200", "202"))
     assert S.verdicts(clean) == []
+    assert clean["rss_by_kind"] == {"anon": None, "file": None}
 
 
 @pytest.mark.integration
@@ -196,6 +198,9 @@ def test_a_minute_of_mixed_load_on_the_real_server_has_no_500_and_loses_nothing(
     held = res["indexes_mb"]  # the server's own account of its indexes, read at the end of warm-up and at the end
     assert held["warm"] is not None and held["end"] >= held["warm"] >= 0  # cpu-fast's compact mode: a boxes index
     assert res["growth_beyond_data_mb"] is not None
+    kinds = res["rss_by_kind"]  # the growth split into heaps and mapped files' pages, read with each sample
+    assert kinds["anon"] is not None and kinds["file"] is not None
+    assert len(res["rss_parts_samples"]) == len(res["rss_samples"])
 
 
 def test_growth_beyond_data_takes_out_what_the_indexes_took_on_after_warm_up():
@@ -264,6 +269,34 @@ def test_the_server_loads_its_answering_model_at_start_not_at_the_first_question
         while not loaded and time.monotonic() < deadline:
             time.sleep(0.05)
         assert len(loaded) == 1  # before any question was asked
+    finally:
+        service.close()
+
+
+def test_the_server_reads_both_embedders_weights_in_at_start(tmp_path, cfg):
+    """Service.start has the reader's and the writer's embedder read their weights (Embedder.make_resident) before
+    any request, each on the thread that uses it, so pages of them do not become resident as new words come."""
+    import time
+
+    from membox_local.server import Service
+
+    class Recording(FakeEmbedder):
+        def __init__(self):
+            super().__init__()
+            self.resident_on: list[str] = []
+
+        def make_resident(self):
+            self.resident_on.append(threading.current_thread().name)
+
+    writes, reads = Recording(), Recording()
+    writer = Memory(tmp_path / "mem", cfg, backend=FakeBackend(), embedder=writes)
+    service = Service(writer, Memory(tmp_path / "mem", cfg, backend=FakeBackend(), embedder=reads))
+    try:
+        service.start()
+        deadline = time.monotonic() + 30
+        while not (writes.resident_on and reads.resident_on) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert writes.resident_on == ["membox-filer"] and reads.resident_on[0].startswith("membox-search")
     finally:
         service.close()
 

@@ -411,3 +411,7 @@ class Embedder:
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
         raise NotImplementedError
+
+    def make_resident(self) -> None:
+        """Bring the model's weights into memory now (a long-running server, at start): nothing to do where no
+        weights are held here (a remote embedder)."""

@@ -82,6 +82,21 @@ def rss_mb(pid: int | str = "self") -> float | None:
     return None
 
 
+def rss_parts_mb(pid: int | str = "self") -> dict[str, float] | None:
+    """A process's resident memory in MB by kind (Linux: /proc/<pid>/status): "anon" (its heaps and buffers) and
+    "file" (pages of mapped files: model weights, libraries; shared with every process mapping the same file, and
+    given back to the OS's file cache under pressure); None where they cannot be read."""
+    try:
+        found = {line.split(":")[0]: int(line.split()[1]) / 1024
+                 for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+                 if line.startswith(("RssAnon:", "RssFile:"))}
+    except (OSError, ValueError, IndexError):
+        return None
+    if len(found) != 2:
+        return None
+    return {"anon": round(found["RssAnon"], 1), "file": round(found["RssFile"], 1)}
+
+
 def request_plan(load: Load, client: int, lines: list[tuple[str, str]]) -> Callable[[int], tuple[str, dict]]:
     """The client's n-th request as (route, arguments): add / search / answer over the load's conversations."""
     rng = random.Random(load.seed * 1000 + client)
@@ -139,6 +154,9 @@ class Server:
     def rss_mb(self) -> float | None:
         return rss_mb(self.proc.pid)
 
+    def rss_parts_mb(self) -> dict[str, float] | None:
+        return rss_parts_mb(self.proc.pid)
+
     def indexes_mb(self) -> float | None:
         """What the server says its vector indexes hold in memory (status `indexes_mb`); None when not read."""
         try:
@@ -169,14 +187,19 @@ class Server:
 
 
 def sample_rss(server: Server, stop: threading.Event, every_s: float, out: list[tuple[float, float]],
-               warm_s: float = float("inf"), held: dict | None = None) -> None:
-    """Resident memory every `every_s` seconds into `out`; and into `held["warm"]`, what the server's indexes hold
-    when warm-up ends (read right after the first sample at or past `warm_s`)."""
+               warm_s: float = float("inf"), held: dict | None = None,
+               parts: list[tuple[float, float, float]] | None = None) -> None:
+    """Resident memory every `every_s` seconds into `out` (and by kind, (seconds, anon, file), into `parts`); and
+    into `held["warm"]`, what the server's indexes hold when warm-up ends (read right after the first sample at or
+    past `warm_s`)."""
     t0 = time.monotonic()
     while not stop.is_set():
         rss = server.rss_mb()
         if rss is not None:
             out.append((round(time.monotonic() - t0, 1), round(rss, 1)))
+            kinds = server.rss_parts_mb() if parts is not None else None
+            if kinds is not None:
+                parts.append((out[-1][0], kinds["anon"], kinds["file"]))
             if held is not None and "warm" not in held and out[-1][0] >= warm_s:
                 held["warm"] = server.indexes_mb()
         stop.wait(every_s)
@@ -344,10 +367,11 @@ def first_traceback(log_text: str, chars: int = 4000) -> str:
 
 
 def report(tally: Tally, stored: Counter, samples: list, log_text: str, load: Load, warm_s: float,
-           ok: tuple[str, ...]) -> dict[str, Any]:
+           ok: tuple[str, ...], parts: list | None = None) -> dict[str, Any]:
     """The soak's figures and its verdicts: no 500, no traceback, every accepted message stored once, none of the
     refused ones stored."""
     accepted, refused = set(tally.accepted), set(tally.refused)
+    parts = parts or []
     statuses = Counter(st for _, st, _, _ in tally.calls)
     return {
         "load": vars(load) | {"warm_s": warm_s},
@@ -362,6 +386,10 @@ def report(tally: Tally, stored: Counter, samples: list, log_text: str, load: Lo
         "stored_twice": sorted(k for k, n in stored.items() if n > 1)[:10],
         "refused_but_stored": sorted(k for k in refused - accepted if k in stored)[:10],
         "rss": rss_growth(samples, warm_s), "rss_samples": samples,
+        # the same growth by kind: the heaps ("anon") and mapped files' pages ("file": model weights read in)
+        "rss_by_kind": {kind: rss_growth([(p[0], p[i]) for p in parts], warm_s)["growth_mb"]
+                        for i, kind in ((1, "anon"), (2, "file"))},
+        "rss_parts_samples": parts,
         "messages_stored": sum(stored.values()),
     }
 
@@ -388,11 +416,12 @@ def soak(store: Path, config: str, load: Load, *, kind: str = "serve", data: Pat
     log = log or store.with_name(store.name + f"-{kind}.log")
     server = Server(store, config, kind, log, env)
     samples: list[tuple[float, float]] = []
+    parts: list[tuple[float, float, float]] = []
     held: dict[str, float | None] = {}
     stop = threading.Event()
     try:
         server.wait_ready()
-        sampler = threading.Thread(target=sample_rss, args=(server, stop, sample_s, samples, warm_s, held),
+        sampler = threading.Thread(target=sample_rss, args=(server, stop, sample_s, samples, warm_s, held, parts),
                                    daemon=True)
         sampler.start()
         started = time.monotonic()
@@ -402,14 +431,17 @@ def soak(store: Path, config: str, load: Load, *, kind: str = "serve", data: Pat
         sampler.join()
         held["end"] = server.indexes_mb()
         rss_end = server.rss_mb()
+        kinds_end = server.rss_parts_mb()
         if rss_end is not None:  # the last sample is the one the account at the end goes with
             samples.append((round(time.monotonic() - started, 1), round(rss_end, 1)))
+            if kinds_end is not None:
+                parts.append((samples[-1][0], kinds_end["anon"], kinds_end["file"]))
     finally:
         stop.set()
         server.stop()
     ok = ("200", "202") if kind == "serve" else ("ok",)
     stored, filed = stored_counts(store)
-    result = report(tally, stored, samples, log.read_text(errors="replace"), load, warm_s, ok)
+    result = report(tally, stored, samples, log.read_text(errors="replace"), load, warm_s, ok, parts)
     at_warm = sum(1 for route, st, t0, _ in tally.calls if route == "add" and st in ok and t0 < started + warm_s)
     return result | {"messages_filed": filed, "messages_stored_at_warm": at_warm,
                      "indexes_mb": {"warm": held.get("warm"), "end": held.get("end")},
