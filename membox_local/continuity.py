@@ -167,6 +167,13 @@ class ContinuityScorer:
             self._cache.popitem(last=False)
         return out
 
+    def make_resident(self) -> None:
+        """Read every weight once: the encoder's word-embedding table is the mapped file's (as the embedder's:
+        embed.py), a page of it resident only once a line uses one of its words; a server reads it at start."""
+        with self._torch.no_grad():
+            for weight in self.model.encoder.parameters():
+                weight.sum()
+
     def keep(self, pairs: int) -> None:
         """Keep the logits of at least this many pairs (a fit scores every pair of its data once, then asks again)."""
         self.capacity = max(self.capacity, pairs)

@@ -117,6 +117,19 @@ class Memory(BuildSettings, Filing, Erasure, Verbs, Reading):
         if stages:
             self.backend.prepare(list(stages))
 
+    def make_resident(self) -> None:
+        """Read the weights of the embedder and of the Loom judge's cross-encoder (where the config's judge has one)
+        once, so that their mapped files' pages are resident from now on, not as new words come (`membox serve` and
+        `membox mcp` at start: Embedder.make_resident)."""
+        self.embedder.inner.make_resident()
+        if "membox" in self.config.memory.systems:
+            from .judges import make_judge
+
+            # the judge each conversation's Loom makes; its cross-encoder is loaded once per process (continuity.py)
+            ce = getattr(make_judge(self.config.loom), "ce", None)
+            if ce is not None and hasattr(ce, "make_resident"):  # a test double may have none
+                ce.make_resident()
+
     @property
     def answer_backend(self) -> Backend:
         """The answering model ([answer.llm] over [llm]); a model the build loaded already (the build's, or a

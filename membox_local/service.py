@@ -114,15 +114,13 @@ class Service:
             # cache), nor the first answer for its model: loaded, its buffers allocated (Backend.prepare) and the
             # embedder's weights read (Embedder.make_resident) before any question, so the server's resident memory
             # after start-up grows only with the data it holds
-            self._workers["search"].submit(self._warm, "the reader's embedder",
-                                           lambda: self._warm_embedder(self.reader))
+            self._workers["search"].submit(self._warm, "the reader's embedder", self._warm_reader)
             self._workers["answer"].submit(self._warm, "the reader's answering model",
                                            lambda: self.reader.answer_backend.prepare(["answer"]))
 
-    @staticmethod
-    def _warm_embedder(memory: Memory) -> None:
-        memory.embedder.inner.encode(["warm up"])
-        memory.embedder.inner.make_resident()
+    def _warm_reader(self) -> None:
+        self.reader.embedder.inner.encode(["warm up"])
+        self.reader.embedder.inner.make_resident()
 
     @staticmethod
     def _warm(what: str, load) -> None:
@@ -205,7 +203,8 @@ class Service:
         # the build's model with an instance for each stage its systems generate in (Memory.prepare_build), on this
         # thread before it files anything: the first sealed box does not allocate them mid-run
         self._warm("the build's model", self.writer.prepare_build)
-        self._warm("the build's embedder", lambda: self._warm_embedder(self.writer))
+        # the build's embedder and cross-encoder (the judge's, loaded with the build's components)
+        self._warm("the build's embedder", self.writer.make_resident)
         while not self._stop.is_set():
             self._wake.clear()
             todo = self._todo()

@@ -576,10 +576,11 @@ BENCHMARKS_FIGURES = [
     ("on LoCoMo dev it takes over {} of {} (-{} F1, saved answers)", lambda: guard_locomo()),
     ("**0 5xx, 0 tracebacks** both; {} / {} adds, each stored once; search p95 {} / {} s; resident memory +{} / +{} MB",
      lambda: soak_pair()),
-    ("with `[llm] flash_attn = true` (`--config benchmarks/soak-flash.toml`: llama.cpp's attention room stops growing "
-     "with the KV cache, `benchmarks/attention_memory.py`) **{} MB**, search p95 {} s",
-     lambda: (lambda r: [f"{r['growth_beyond_data_mb']:+.1f}", f"{r['routes']['search']['p95_s']:.2f}"])(
-         load("soak-cpu-fast-flash.json")["results"]["serve"])),
+    ("(0.3 MB; target 50: met): heaps {} MB, mapped files' pages {} MB", lambda: [
+        f"{v:+.1f}" for v in load("soak-cpu-fast.json")["results"]["serve"]["rss_by_kind"].values()]),
+    ("answers p50 {} s ({} of {} a 409: nothing filed yet)", lambda: (lambda a: [
+        f"{a['p50_s']:.0f}", a["statuses"]["409"], a["requests"]])(
+        load("soak-cpu-fast.json")["results"]["serve"]["routes"]["answer"])),
     ("| **membox_local (the default)** | **{}** | {} / {} / {} | **{}** | **{}** | **{}** | {} / {} / {} / {} | {} |",
      lambda: peers_row("membox")),
     ("| mem0ai 2.2.1 | {} ({}x) | {} / {} / {} | {} | {} | {} | {} / {} / {} / {} | {} |", lambda: peers_row("mem0")),
@@ -679,11 +680,12 @@ def soak_row(name: str, kind: str) -> list:
 
 
 def soak_pair() -> list:
-    """The Reliability row of the MCP soak (cpu-fast; saved before the growth beyond the data was kept) and the soak
-    on the CPU default (cpu-ce): adds, search p95 and resident memory after the first minute, each pair in turn."""
+    """The Reliability row of the MCP soak (cpu-fast) and the soak on the CPU default (cpu-ce): adds, search p95 and
+    resident memory after the first minute beyond the indexes, each pair in turn."""
     mcp, ce = load("soak-mcp-cpu-fast.json")["results"]["mcp"], load("soak-cpu-ce.json")["results"]["serve"]
     return [f"{mcp['accepted']:,}", f"{ce['accepted']:,}", f"{mcp['routes']['search']['p95_s']:.2f}",
-            f"{ce['routes']['search']['p95_s']:.2f}", f"{mcp['rss']['growth_mb']:.0f}", f"{ce['growth_beyond_data_mb']:.0f}"]
+            f"{ce['routes']['search']['p95_s']:.2f}", f"{mcp['growth_beyond_data_mb']:.0f}",
+            f"{ce['growth_beyond_data_mb']:.0f}"]
 
 
 PEERS_RUNS = ("peers-conv26-s2.json", "peers-conv30-s2.json")
@@ -727,6 +729,14 @@ DOCS_FIGURES = [
     ("adds +{} MB after the prepare batch with flash attention off and +{} MB with it on, the fill as fast ({} against {} s)",
      lambda: [(r := load("attention-memory.json")["arms"])["off"]["growth_after_prepare_mb"],
               r["on"]["growth_after_prepare_mb"], r["off"]["fill_s"], r["on"]["fill_s"]]),
+    ("the server grew {} MB after the first minute beyond the indexes' {} MB (target 50: met), {} MB of it in heaps and "
+     "buffers and {} MB in pages of mapped files", lambda: (lambda r: [
+         f"{r['growth_beyond_data_mb']:.1f}", f"{r['indexes_mb']['end'] - r['indexes_mb']['warm']:.1f}",
+         f"{r['rss_by_kind']['anon']:.1f}", f"{r['rss_by_kind']['file']:.1f}"])(
+        load("soak-cpu-fast.json")["results"]["serve"])),
+    ("the same answer to {} of {} LoCoMo dev questions with it on and off (F1 {}, standard error {};",
+     lambda: (lambda d: [d["same_answers"], load("locomo-qa-flash.json")["arms"]["box-hits@1000 llm.flash_attn=true"][
+         "questions"], f"{-d['mean']:+.1f}", d["se"]])(next(iter(load("locomo-qa-flash.json")["differences"].values())))),
     ("`benchmarks/shape_memory.py`: {} calls +{} MB on, +{} MB off", lambda: [
         (r := load("shape-memory.json"))["calls"], r["arms"]["on"]["growth_mb_by_quarter"][-1],
         r["arms"]["off"]["growth_mb_by_quarter"][-1]]),

@@ -95,6 +95,25 @@ def test_minilm_weights_are_resident_after_make_resident_so_new_words_add_none()
 
 
 @pytest.mark.integration
+@pytest.mark.skipif(not Path("/proc/self/smaps").exists(), reason="reads Linux's /proc/self/smaps")
+def test_a_memory_reads_in_its_embedder_and_its_judges_cross_encoder(tmp_path):
+    """Memory.make_resident (a server at start) on the CPU default: the embedder's and the continuity cross-encoder's
+    mappings of MiniLM's weights file are both resident, though nothing was filed or embedded yet."""
+    from membox_local.config import load_config
+    from membox_local.memory import Memory
+    from membox_local.weights import resolve_model
+
+    cfg = load_config("cpu-ce")
+    weights = next(resolve_model(cfg.embedder.model).rglob("*.safetensors"))
+    memory = Memory(tmp_path / "mem", cfg)
+    try:
+        memory.make_resident()
+        assert _resident_kb(weights.name) * 1024 >= 2 * 0.95 * weights.stat().st_size
+    finally:
+        memory.close()
+
+
+@pytest.mark.integration
 def test_llamacpp_attention_room_grows_with_the_kv_cache_unless_flash_attention(tmp_path):
     """benchmarks/attention_memory.py on the tests' model: each arm in its own process, the saved figures complete;
     filling the context after the prepare batch adds resident memory with flash attention off, less with it on."""
