@@ -98,14 +98,17 @@ class LLMConfig:
     # llama.cpp: flash attention. Off, an instance's attention room grows with the tokens in its KV cache as prompts
     # reach deeper, up to a size reserved for n_ctx (+118 MB for the 0.5B at n_ctx 4096: a server's memory rises over
     # its first long prompts); on, it stays flat and the fill is as fast (`python benchmarks/attention_memory.py`).
-    # On by default since 2026-12-06: the 1.5B's answers to 40 LoCoMo dev questions were the same text in 36
-    # (F1 -1.6, standard error 1.4: `python benchmarks/qa_paired.py` on runs with --set llm.flash_attn=false/true,
-    # benchmarks/results/locomo-qa-flash.json); conv-30's cpu-ce build: the same boxes, keywords and events, 44 of 50
-    # topics the same, its 50 extraction calls as fast (129.6 against 130.5 s), the Weaver's trace-init calls 8
-    # against 35 (one grouping came out otherwise and the traces went on from it; box-hits reads no trace):
-    # `python benchmarks/build_speed.py --before-config cpu-ce --before llm.flash_attn=false --config cpu-ce
-    # --conversations conv-30 --no-profile --out benchmarks/results/build-speed-flash.json`. Not a build setting
-    flash_attn: bool = True
+    # Off by default: with it on, greedy output depends on what the instance evaluated before (the KV cache's
+    # history, not only the prompt): the demo's four extraction prompts run in two orders gave one text otherwise
+    # on SmolLM, none with it off (`python benchmarks/flash_history.py`, benchmarks/results/flash-history.json), so a
+    # resumed or reordered build could write other records. Measured with it on: the 1.5B's answers to 40 LoCoMo dev questions the same text in 36 (F1 -1.6,
+    # standard error 1.4; benchmarks/results/locomo-qa-flash.json, `python benchmarks/qa_paired.py` on runs with
+    # --set llm.flash_attn=false/true); conv-30's cpu-ce build the same boxes, keywords and events, 44 of 50 topics,
+    # its extraction calls as fast (129.6 against 130.5 s), trace-init calls 8 against 35 (`python
+    # benchmarks/build_speed.py --before-config cpu-ce --before llm.flash_attn=false --config cpu-ce --conversations
+    # conv-30 --no-profile --out benchmarks/results/build-speed-flash.json`). A long-running server that must stay
+    # flat can set it (docs/server.md). Not a build setting
+    flash_attn: bool = False
     # OpenAI-compatible servers
     base_url: str = _opt("", reach="endpoint")
     # a plain http:// base_url to another machine sends the conversation text (and the key) unencrypted, so it is

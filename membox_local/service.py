@@ -203,8 +203,9 @@ class Service:
         # the build's model with an instance for each stage its systems generate in (Memory.prepare_build), on this
         # thread before it files anything: the first sealed box does not allocate them mid-run
         self._warm("the build's model", self.writer.prepare_build)
-        # the build's embedder and cross-encoder (the judge's, loaded with the build's components)
-        self._warm("the build's embedder", self.writer.make_resident)
+        # the build's embedder and the judge's cross-encoder (where it has one) loaded and their weights read in
+        # (Memory.make_resident): no page of them becomes resident mid-run as new words come
+        self._warm("the build's embedder and judge", self.writer.make_resident)
         while not self._stop.is_set():
             self._wake.clear()
             todo = self._todo()
