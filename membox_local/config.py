@@ -98,10 +98,12 @@ class LLMConfig:
     # llama.cpp: flash attention. Off, an instance's attention room grows with the tokens in its KV cache as prompts
     # reach deeper, up to a size reserved for n_ctx (+118 MB for the 0.5B at n_ctx 4096: a server's memory rises over
     # its first long prompts); on, it stays flat and the fill is as fast (`python benchmarks/attention_memory.py`).
-    # Off by default: with it on, greedy output depends on what the instance evaluated before (the KV cache's
-    # history, not only the prompt): the demo's four extraction prompts run in two orders gave one text otherwise
-    # on SmolLM, none with it off (`python benchmarks/flash_history.py`, benchmarks/results/flash-history.json), so a
-    # resumed or reordered build could write other records. Measured with it on: the 1.5B's answers to 40 LoCoMo dev questions the same text in 36 (F1 -1.6,
+    # Off by default, as every figure was measured: a prompt's greedy output can depend on what the instance
+    # evaluated before (the KV cache's history, not only the prompt), seen more often with it on: 4 of 18 texts in
+    # three probes against 1 of 18 (the grammar test's three requests in two orders: 2 against 0;
+    # `python benchmarks/flash_history.py` with 4 / 3 / 8 prompts: 1 / 1 / 0 against 0 / 1 / 0, the 8 saved in
+    # benchmarks/results/flash-history.json), and a resumed or reordered build should write the same records.
+    # Measured with it on: the 1.5B's answers to 40 LoCoMo dev questions the same text in 36 (F1 -1.6,
     # standard error 1.4; benchmarks/results/locomo-qa-flash.json, `python benchmarks/qa_paired.py` on runs with
     # --set llm.flash_attn=false/true); conv-30's cpu-ce build the same boxes, keywords and events, 44 of 50 topics,
     # its extraction calls as fast (129.6 against 130.5 s), trace-init calls 8 against 35 (`python
