@@ -1,13 +1,13 @@
 """Does a llama.cpp instance's greedy output depend only on the prompt, or also on what it evaluated before?
 
-    python benchmarks/flash_history.py --save benchmarks/results/flash-history.json
+    python benchmarks/flash_history.py --boxes 8 --save benchmarks/results/flash-history.json
 
-For `[llm] flash_attn` off and on (each in a fresh backend, the config's model, default cpu-fast's SmolLM2): the
-extraction prompts of the bundled demo conversation's first `--boxes` spans of `--lines` messages, generated as
-JSON one after another, then again in the reverse order on the same instance (its KV cache keeps the prompt prefix
-each shares with the one before, as a build's calls do), then each again after the cache was emptied. Reports how many
-texts differ between the orders and between a warm and an empty cache. A setting with 0 and 0 gives a prompt the same
-text whatever ran before it: a resumed or reordered build writes the same records.
+For `[llm] flash_attn` off and on (each in a fresh backend with one instance, the config's model, default cpu-fast's
+SmolLM2): the extraction prompts of the bundled demo conversation's first `--boxes` spans of `--lines` messages,
+generated as JSON one after another, then again in the reverse order on the same instance (its KV cache keeps the
+prompt prefix each shares with the one before, as a build's calls do), then each again after the cache was emptied.
+Reports how many texts differ between the orders and between a warm and an empty cache. A setting with 0 and 0 gives
+a prompt the same text whatever ran before it: a resumed or reordered build writes the same records.
 """
 from __future__ import annotations
 
@@ -38,6 +38,7 @@ def requests(config: str, boxes: int, lines: int) -> list[JsonRequest]:
 def arm(config: str, flash: bool, reqs: list[JsonRequest]) -> dict:
     cfg = load_config(config).llm
     cfg.flash_attn = flash
+    cfg.stage_contexts = False  # every request on the one instance `backend.llm`, so that its reset empties the cache
     backend = LlamaCppBackend(cfg)
     try:
         t0 = time.perf_counter()

@@ -127,7 +127,7 @@ class Memory(BuildSettings, Filing, Erasure, Verbs, Reading):
 
             # the judge each conversation's Loom makes; its cross-encoder is loaded once per process (continuity.py)
             ce = getattr(make_judge(self.config.loom), "ce", None)
-            if ce is not None and hasattr(ce, "make_resident"):  # a test double may have none
+            if ce is not None:
                 ce.make_resident()
 
     @property

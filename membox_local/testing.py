@@ -216,3 +216,6 @@ class FakeContinuityScorer:
 
     def keep(self, pairs):
         pass
+
+    def make_resident(self):
+        pass

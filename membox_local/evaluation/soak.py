@@ -71,30 +71,28 @@ def texts(data: Path | None) -> list[tuple[str, str]]:
     return [(m.speaker, m.text) for m in load_messages(data or DEMO)]
 
 
-def rss_mb(pid: int | str = "self") -> float | None:
-    """A process's resident memory in MB (Linux: /proc/<pid>/status, VmRSS); None where it cannot be read."""
+def _status_mb(pid: int | str, fields: tuple[str, ...]) -> dict[str, float] | None:
+    """Lines of /proc/<pid>/status (Linux) in MB, by field name; None where the file or a field cannot be read."""
     try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    except OSError:
+        found = {line.split(":")[0]: int(line.split()[1]) / 1024
+                 for line in Path(f"/proc/{pid}/status").read_text().splitlines() if line.startswith(fields)}
+    except (OSError, ValueError, IndexError):
         return None
-    return None
+    return found if len(found) == len(fields) else None
+
+
+def rss_mb(pid: int | str = "self") -> float | None:
+    """A process's resident memory in MB (VmRSS); None where it cannot be read."""
+    found = _status_mb(pid, ("VmRSS",))
+    return None if found is None else found["VmRSS"]
 
 
 def rss_parts_mb(pid: int | str = "self") -> dict[str, float] | None:
-    """A process's resident memory in MB by kind (Linux: /proc/<pid>/status): "anon" (its heaps and buffers) and
-    "file" (pages of mapped files: model weights, libraries; shared with every process mapping the same file, and
-    given back to the OS's file cache under pressure); None where they cannot be read."""
-    try:
-        found = {line.split(":")[0]: int(line.split()[1]) / 1024
-                 for line in Path(f"/proc/{pid}/status").read_text().splitlines()
-                 if line.startswith(("RssAnon:", "RssFile:"))}
-    except (OSError, ValueError, IndexError):
-        return None
-    if len(found) != 2:
-        return None
-    return {"anon": round(found["RssAnon"], 1), "file": round(found["RssFile"], 1)}
+    """A process's resident memory in MB by kind: "anon" (its heaps and buffers, RssAnon) and "file" (pages of
+    mapped files: model weights, libraries; shared with every process mapping the same file, and given back to the
+    OS's file cache under pressure; RssFile); None where they cannot be read."""
+    found = _status_mb(pid, ("RssAnon", "RssFile"))
+    return None if found is None else {"anon": round(found["RssAnon"], 1), "file": round(found["RssFile"], 1)}
 
 
 def request_plan(load: Load, client: int, lines: list[tuple[str, str]]) -> Callable[[int], tuple[str, dict]]:
