@@ -37,6 +37,7 @@ from .execution.progress import Bar
 from .ingest import InputError, as_messages
 from .memory import Memory, open_store
 from .memory_reading import check_today
+from .native import give_back_freed_heap
 from .store import NotFound, StoreBusy
 
 log = logging.getLogger("membox.serve")
@@ -214,6 +215,7 @@ class Service:
                 if self._stop.is_set():
                     return
                 failed |= not self._file(conversation_id, seal)
+                give_back_freed_heap()
             if failed:
                 self._stop.wait(self.retry_s)
             elif not todo:
@@ -310,7 +312,10 @@ class Service:
         def job():
             with self._waiting_lock:
                 self.waiting[kind] -= 1
-            return fn(*args, **kw)
+            try:
+                return fn(*args, **kw)
+            finally:  # what the call freed goes back to the system, not kept in this thread's heap (native.py)
+                give_back_freed_heap()
 
         with self._waiting_lock:
             self.waiting[kind] += 1

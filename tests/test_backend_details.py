@@ -106,22 +106,27 @@ def test_grammar_greedy_checks_the_best_token_first_and_picks_what_constraining_
 
 def test_llamacpp_grammar_first_check_writes_what_the_whole_vocabulary_grammar_writes(llamacpp_backend):
     """The real engine: JSON generated with the grammar checking the best token first is the same text, token
-    for token, as llama-cpp-python's create_completion constraining every token (with the KV cache reused or not)."""
+    for token, as llama-cpp-python's create_completion constraining every token, the KV cache reused between the
+    calls. Each side starts on empty caches: a prompt's greedy text may depend on what its instance evaluated
+    before (config.py, flash_attn), which is not what this compares."""
     import dataclasses
 
     b, cfg = llamacpp_backend, llamacpp_backend.cfg
     reqs = [json_req(1), json_req(2), JsonRequest(extract_prompt(MSGS[1:], "2 May 2024"), SCHEMA, "extract", 120)]
+
+    def from_empty_caches(check_first: bool) -> list:
+        for llm in {id(x): x for x in (b.llm, *b._stage_llms.values())}.values():
+            llm.reset()  # n_tokens 0: the next eval empties the KV cache first
+        b.cfg = dataclasses.replace(cfg, grammar_check_first=check_first)
+        return b.json_batch(reqs)
+
     try:
-        b.cfg = dataclasses.replace(cfg, grammar_check_first=False)
-        whole = b.json_batch(reqs)
-        b.cfg = dataclasses.replace(cfg, grammar_check_first=True)
-        checked = b.json_batch(reqs)
-        again = b.json_batch(reqs[::-1])[::-1]
+        whole, checked = from_empty_caches(False), from_empty_caches(True)
     finally:
         b.cfg = cfg
-    for w, c, a in zip(whole, checked, again):
-        assert isinstance(w, (JsonResult, StructuredOutputError)) and type(c) is type(w) and type(a) is type(w)
-        assert c.raw == w.raw == a.raw and c.raw
+    for w, c in zip(whole, checked):
+        assert isinstance(w, (JsonResult, StructuredOutputError)) and type(c) is type(w)
+        assert c.raw == w.raw and c.raw
         assert c.usage.completion_tokens == w.usage.completion_tokens
 
 

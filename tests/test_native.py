@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from membox_local import native
 from membox_local.native import onednn_off
 
 
@@ -146,3 +147,40 @@ def test_flash_history_counts_texts_that_change_with_what_the_instance_ran_befor
     arms = json.loads(out.read_text())["arms"]
     for r in arms.values():
         assert r["texts"] == 2 and 0 <= r["differ_by_order"] <= 2 and 0 <= r["differ_warm_vs_empty_cache"] <= 2
+
+
+def test_the_heap_is_trimmed_at_most_once_per_interval_over_all_threads(monkeypatch):
+    calls = []
+    monkeypatch.setattr(native, "_malloc_trim", lambda pad: calls.append(pad) or 1)
+    monkeypatch.setattr(native, "_trimmed_at", float("-inf"))
+    results = []
+    threads = [threading.Thread(target=lambda: results.append(native.give_back_freed_heap(60.0))) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(results) == [False] * 7 + [True] and calls == [0]
+    assert native.give_back_freed_heap(0.0) and calls == [0, 0]  # no interval: every call trims
+
+
+def test_without_glibc_the_heap_is_left_as_it_is(monkeypatch):
+    monkeypatch.setattr(native, "_malloc_trim", False)
+    monkeypatch.setattr(native, "_trimmed_at", float("-inf"))
+    assert native.give_back_freed_heap(0.0) is False
+
+
+@pytest.mark.integration
+def test_trimming_after_minilm_calls_gives_their_temporaries_back(tmp_path):
+    """benchmarks/heap_trim.py, one round, each arm in its own process on the real MiniLM: with the heap trimmed
+    after every call, the process keeps less after the calls than without, and little (its temporaries went back)."""
+    import json
+
+    from conftest import benchmark_script
+
+    if not native._find_malloc_trim():
+        pytest.skip("the C library has no malloc_trim (not glibc)")
+    out = tmp_path / "heap.json"
+    assert benchmark_script("heap_trim").main(["--rounds", "1", "--save", str(out)]) == 0
+    arms = json.loads(out.read_text())["arms"]
+    assert arms["trimmed"]["trims"] == 24 and arms["kept"]["trims"] == 0
+    assert arms["trimmed"]["kept_mb"] < arms["kept"]["kept_mb"] and arms["trimmed"]["kept_mb"] < 40

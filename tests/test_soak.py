@@ -301,6 +301,34 @@ def test_the_server_reads_both_embedders_weights_in_at_start(tmp_path, cfg):
         service.close()
 
 
+def test_the_server_gives_the_heap_back_after_each_piece_of_work_on_its_threads(tmp_path, cfg, monkeypatch):
+    """After each job on its threads (an add, a search, an answer) and after each filing slice, the Service hands the
+    C heap's free pages back (native.give_back_freed_heap), on the thread that did the work."""
+    import time
+
+    from membox_local import service as service_module
+    from membox_local.server import Service
+
+    trimmed_on: list[str] = []
+    monkeypatch.setattr(service_module, "give_back_freed_heap",
+                        lambda: trimmed_on.append(threading.current_thread().name))
+    writer = Memory(tmp_path / "mem", cfg, backend=FakeBackend(), embedder=FakeEmbedder())
+    service = Service(writer, Memory(tmp_path / "mem", cfg, backend=FakeBackend(), embedder=FakeEmbedder()))
+    try:
+        service.start()
+        service.receive([{"conversation_id": "c", "message_id": f"m{i}", "speaker": "A", "text": f"line {i} here"}
+                         for i in range(3)])
+        service.search("line")
+        deadline = time.monotonic() + 30
+        while service.status()["messages_pending"] and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.2)
+    finally:
+        service.close()
+    names = {n.rsplit("_", 1)[0] for n in trimmed_on}
+    assert {"membox-intake", "membox-search", "membox-filer"} <= names
+
+
 _ACCOUNT_SCRIPT = """
 import gc, sys
 import numpy as np
