@@ -177,6 +177,7 @@ def test_the_report_finds_500s_tracebacks_and_messages_lost_doubled_or_stored_af
     assert res["server_errors"] == 1 and res["tracebacks"] == 1
     assert res["accepted_not_stored"] == [("a", "2")] and res["refused_but_stored"] == [("a", "3")]
     assert res["rss"]["growth_mb"] == pytest.approx(10.0) and res["rss"]["max_mb"] == 1010.0
+    assert res["rss"]["trend_mb"] == pytest.approx(10.0)  # one sample in each minute
     assert res["routes"]["search"]["requests"] == 2 and res["routes"]["search"]["max_s"] == pytest.approx(0.3)
     lines = S.verdicts(res)
     assert len(lines) == 4 and any("traceback" in line for line in lines)
@@ -201,6 +202,17 @@ def test_a_minute_of_mixed_load_on_the_real_server_has_no_500_and_loses_nothing(
     kinds = res["rss_by_kind"]  # the growth split into heaps and mapped files' pages, read with each sample
     assert kinds["anon"] is not None and kinds["file"] is not None
     assert len(res["rss_parts_samples"]) == len(res["rss_samples"])
+
+
+def test_the_trend_compares_the_medians_of_the_first_and_the_last_minute_after_warm_up():
+    """A heap given back between calls goes up and down with the calls in flight: a last sample taken at a peak
+    is growth by the endpoints, none by the medians."""
+    flat = [(t, 1000.0 + (40.0 if t % 30 == 20 else 0.0)) for t in range(0, 600, 10)]  # ends on a peak
+    g = S.rss_growth(flat, 60.0)
+    assert g["growth_mb"] == pytest.approx(40.0) and g["trend_mb"] == pytest.approx(0.0)
+    rising = [(t, 1000.0 + t / 10) for t in range(0, 610, 10)]
+    assert S.rss_growth(rising, 60.0)["trend_mb"] == pytest.approx(49.0)
+    assert S.rss_growth([(0, 1.0)], 60.0)["trend_mb"] is None
 
 
 def test_growth_beyond_data_takes_out_what_the_indexes_took_on_after_warm_up():

@@ -17,6 +17,7 @@ import json
 import os
 import random
 import re
+import statistics
 import socket
 import sqlite3
 import subprocess
@@ -335,13 +336,18 @@ def latency(calls: list[tuple[str, str, float, float]], ok: tuple[str, ...]) -> 
     return out
 
 
-def rss_growth(samples: list[tuple[float, float]], warm_s: float) -> dict[str, float | None]:
-    """Resident memory at the end of warm-up (the first sample at or after `warm_s`), at the end, and the growth."""
-    after = [r for t, r in samples if t >= warm_s]
+def rss_growth(samples: list[tuple[float, float]], warm_s: float, span_s: float = 60.0) -> dict[str, float | None]:
+    """Resident memory at the end of warm-up (the first sample at or after `warm_s`), at the end, and the growth;
+    and `trend_mb`: the median of the last `span_s` seconds' samples less the median of the first `span_s` after
+    warm-up (a heap given back between calls goes up and down with the calls in flight at each sample)."""
+    after = [(t, r) for t, r in samples if t >= warm_s]
     if not after:
-        return {"warm_mb": None, "end_mb": None, "growth_mb": None, "max_mb": None}
-    return {"warm_mb": after[0], "end_mb": after[-1], "growth_mb": round(after[-1] - after[0], 1),
-            "max_mb": max(r for _, r in samples)}
+        return {"warm_mb": None, "end_mb": None, "growth_mb": None, "max_mb": None, "trend_mb": None}
+    first = [r for t, r in after if t < after[0][0] + span_s]
+    last = [r for t, r in after if t > after[-1][0] - span_s]
+    return {"warm_mb": after[0][1], "end_mb": after[-1][1], "growth_mb": round(after[-1][1] - after[0][1], 1),
+            "max_mb": max(r for _, r in samples),
+            "trend_mb": round(statistics.median(last) - statistics.median(first), 1)}
 
 
 def beyond_data(rss: dict, held_warm: float | None, held_end: float | None) -> float | None:
