@@ -105,7 +105,8 @@ class LLMConfig:
     # empty cache with it on, 1 and 2 off (`python benchmarks/flash_history.py --config cpu-ce --data
     # ../shared/data/locomo-dev.json --boxes 40 --lines 6`, benchmarks/results/flash-history-0.5b.json); on SmolLM2's,
     # 4 of 18 against 1 of 18 (flash-history.json and two unsaved runs). So neither setting makes a resumed or
-    # reordered build write the very same records. The 1.5B's answers to 40 LoCoMo dev questions: the same text in
+    # reordered build write the very same records. With it on the text can also depend on the thread count: in
+    # tests/test_parity.py a keyword differed between 2 threads in process and the server's 1 until both had 2. The 1.5B's answers to 40 LoCoMo dev questions: the same text in
     # 36, F1 -1.6 with standard error 1.4 (benchmarks/results/locomo-qa-flash.json, `python benchmarks/qa_paired.py`
     # on runs with --set llm.flash_attn=false/true); conv-30's cpu-ce build the same boxes, keywords and events, 44 of
     # 50 topics, its extraction calls as fast (129.6 against 130.5 s off) (`python benchmarks/build_speed.py

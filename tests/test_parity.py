@@ -7,6 +7,9 @@ server needs two settings to match in-process generation, both causes of mismatc
 - `response_format = "json_object"`: llama-cpp-python's server ignores `json_schema` and would
   generate unconstrained text;
 - `extra_body = {repeat_penalty = 1.0}`: the server's default is 1.1, the in-process backend uses 1.0.
+The server is also started with the in-process config's `flash_attn` (its own default is off) and thread count
+(its own default is half the cores): the attention kernels round differently, and a greedy extraction differed by
+a keyword when either did not match.
 Labels differ by construction: in process they come from the first-token logits over the labels;
 over HTTP the model writes `{"label": "..."}` under the schema. They agree where the model is clear.
 """
@@ -57,9 +60,12 @@ class LlamaServer:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}/v1"
         self.log = open(Path(os.environ.get("TMPDIR", "/tmp")) / f"llama-server-{self.port}.log", "w+")
+        llm = load_config("cpu-fast").llm  # the in-process side's settings (LlamaCppBackend)
+        threads = llm.n_threads or os.cpu_count() or 1
         cmd = [sys.executable, "-m", "llama_cpp.server", "--model", str(model_path), "--model_alias",
                self.model_alias, "--host", "127.0.0.1", "--port", str(self.port), "--n_ctx", str(n_ctx),
-               "--seed", "0"]
+               "--seed", "0", "--flash_attn", str(llm.flash_attn).lower(), "--n_threads", str(threads),
+               "--n_threads_batch", str(threads)]
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent)
         deadline = time.time() + timeout_s
         while time.time() < deadline:
@@ -108,6 +114,9 @@ class LlamaServer:
 def parity_configs(server_url: str, judge: str):
     a = load_config("cpu-fast")
     a.loom.judge = judge
+    # one instance in process, as the server has: each side's calls then find the same KV prefix kept from the call
+    # before (a prompt's greedy text can depend on it: config.py, flash_attn)
+    a.llm.stage_contexts = False
     b = load_config("cpu-fast", {"llm.backend": "openai", "llm.model": LlamaServer.model_alias,
                                  "llm.base_url": server_url, "llm.response_format": "json_object",
                                  "llm.extra_body": {"repeat_penalty": 1.0}, "llm.max_concurrency": 1})
