@@ -95,22 +95,23 @@ class LLMConfig:
     # its own instructions in its KV cache between calls; costs ~590 MB of memory per extra instance (0.5B model)
     # (a further 1.3-1.7x on the JSON stages, benchmarks/json_levers.py); false: one instance, instructions read again
     stage_contexts: bool = True
-    # llama.cpp: flash attention (on by default since 2026-12-07; the figures dated before were measured with it off:
-    # add --set llm.flash_attn=false to reproduce them). Off, an instance's attention scores take memory that grows
-    # with the tokens in its KV cache as prompts reach deeper, up to a size reserved for n_ctx (+118 MB for the 0.5B
-    # at n_ctx 4096, `python benchmarks/attention_memory.py`): a server's memory rose over its first long prompts and
-    # kept rising slowly. On, it stays flat and the calls are as fast. What it changes, measured: a prompt's greedy
-    # text can depend on what the instance evaluated before (the KV prefix it kept), with either setting; on the
-    # 0.5B's extraction prompts of 40 LoCoMo dev spans, 3 changed by the calls' order and 3 between a warm and an
-    # empty cache with it on, 1 and 2 off (`python benchmarks/flash_history.py --config cpu-ce --data
-    # ../shared/data/locomo-dev.json --boxes 40 --lines 6`, benchmarks/results/flash-history-0.5b.json); on SmolLM2's,
-    # 4 of 18 against 1 of 18 (flash-history.json and two unsaved runs). So neither setting makes a resumed or
+    # llama.cpp: flash attention (on by default since 2026-12-07; the figures dated before were measured with it
+    # off: add --set llm.flash_attn=false to reproduce them). Off, an instance's attention scores take memory that
+    # grows with the tokens in its KV cache as prompts reach deeper, up to a size reserved for n_ctx (+118 MB for
+    # the 0.5B at n_ctx 4096, `python benchmarks/attention_memory.py`): a server's memory rose over its first long
+    # prompts and kept rising slowly. On, it stays flat and the calls are as fast. What it changes, measured: a
+    # prompt's greedy text can depend on what the instance evaluated before (the KV prefix it kept), with either
+    # setting; on the 0.5B's extraction prompts of 40 LoCoMo dev spans, 3 changed by the calls' order and 3 between
+    # a warm and an empty cache with it on, 1 and 2 off (`python benchmarks/flash_history.py --config cpu-ce --data
+    # ../shared/data/locomo-dev.json --boxes 40 --lines 6`, benchmarks/results/flash-history-0.5b.json); on
+    # SmolLM2's 8 demo prompts none changed with either (flash-history.json). So neither setting makes a resumed or
     # reordered build write the very same records. With it on the text can also depend on the thread count: in
-    # tests/test_parity.py a keyword differed between 2 threads in process and the server's 1 until both had 2. The 1.5B's answers to 40 LoCoMo dev questions: the same text in
-    # 36, F1 -1.6 with standard error 1.4 (benchmarks/results/locomo-qa-flash.json, `python benchmarks/qa_paired.py`
-    # on runs with --set llm.flash_attn=false/true); conv-30's cpu-ce build the same boxes, keywords and events, 44 of
-    # 50 topics, its extraction calls as fast (129.6 against 130.5 s off) (`python benchmarks/build_speed.py
-    # --before-config cpu-ce --before llm.flash_attn=false --config cpu-ce --conversations conv-30 --no-profile --out
+    # tests/test_parity.py a keyword differed between 2 threads in process and the server's 1 until both had 2. The
+    # 1.5B's answers to 40 LoCoMo dev questions: the same text in 36, F1 -1.6 with standard error 1.4
+    # (benchmarks/results/locomo-qa-flash.json, `python benchmarks/qa_paired.py` on runs with --set
+    # llm.flash_attn=false/true); conv-30's cpu-ce build the same boxes, keywords and events, 44 of 50 topics, its
+    # extraction calls as fast (129.6 against 130.5 s off) (`python benchmarks/build_speed.py --before-config cpu-ce
+    # --before llm.flash_attn=false --config cpu-ce --conversations conv-30 --no-profile --out
     # benchmarks/results/build-speed-flash.json`). Not a build setting
     flash_attn: bool = True
     # OpenAI-compatible servers

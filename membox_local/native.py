@@ -53,8 +53,8 @@ def onednn_off() -> Iterator[None]:
                 torch.backends.mkldnn.enabled = _before
 
 
-# `membox serve` and `membox mcp` trim after each piece of model work (Service), at most this often: a trim takes
-# ~3 ms, so at most 0.3% of a core
+# `membox serve` and `membox mcp` trim after each piece of model work (Service), at most this often: a trim took
+# ~5 ms in benchmarks/heap_trim.py (72 in 0.34 s), so at most 0.5% of a core
 HEAP_TRIM_EVERY_S = 1.0
 _trim_lock = threading.Lock()
 _trimmed_at = float("-inf")
