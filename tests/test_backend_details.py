@@ -480,6 +480,29 @@ def test_llamacpp_text_generations_leave_no_sampler_for_the_garbage_collector(ll
     assert alive == [] and b.llm._sampler is None
 
 
+def test_llamacpp_grammar_checked_json_leaves_no_vocabulary_array_for_the_garbage_collector(llamacpp_backend):
+    """The real engine: the grammar sampler's vocabulary-sized token array (one per JSON request) is freed by
+    reference counting when the request ends, not left in a reference cycle for Python's rare full collections
+    (ctypes.cast of an array made one: a server kept megabytes of them, issue 53)."""
+    import ctypes
+    import dataclasses
+    import gc
+
+    b, cfg = llamacpp_backend, llamacpp_backend.cfg
+    n_vocab = b.llm.n_vocab()
+    gc.collect()
+    gc.disable()  # count what reference counting alone left, as a server between its rare full collections
+    try:
+        b.cfg = dataclasses.replace(cfg, grammar_check_first=True)
+        for n in (1, 2, 1):
+            assert isinstance(b.json_batch([json_req(n)])[0], (JsonResult, StructuredOutputError))
+        alive = [o for o in gc.get_objects() if isinstance(o, ctypes.Array) and len(o) == n_vocab]
+    finally:
+        b.cfg = cfg
+        gc.enable()
+    assert alive == []
+
+
 def test_llamacpp_flash_attn_key_reaches_every_instance_and_requests_still_answer():
     """[llm] flash_attn: each llama.cpp instance the backend makes (the main one, a stage's, the scorer) is made with
     it; the real engine answers JSON and text requests with it on (greedy output may differ from off: structure only)."""
