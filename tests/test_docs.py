@@ -574,6 +574,9 @@ BENCHMARKS_FIGURES = [
     ("| box-hits with the unmentioned-term guard (`--set answer.check_terms=true`) | {} | {} | {} | {} | {} | {} | {} |",
      lambda: lme_qa_row(LME_GUARD, "box-hits")),
     ("on LoCoMo dev it takes over {} of {} (-{} F1, saved answers)", lambda: guard_locomo()),
+    ("30 min (`--minutes 30`, `soak-cpu-fast-30min.json`): {} 5xx, {} tracebacks, {} adds, search p95 {} s, {} MB,",
+     lambda: (lambda r: [r["server_errors"], r["tracebacks"], f"{r['accepted']:,}", f"{r['routes']['search']['p95_s']:.2f}", f"{r['growth_beyond_data_mb']:+.1f}"])(
+        load("soak-cpu-fast-30min.json")["results"]["serve"])),
     ("**0 5xx, 0 tracebacks** both; {} / {} adds, each stored once; search p95 {} / {} s; resident memory {} / {} MB",
      lambda: soak_pair()),
     ("(0.2 MB; target 50: met): heaps {} MB, mapped files' pages {} MB; the last minute's median against the first "
@@ -732,11 +735,25 @@ DOCS_FIGURES = [
     ("adds +{} MB after the prepare batch with flash attention off and +{} MB with it on, the fill as fast ({} against {} s)",
      lambda: [(r := load("attention-memory.json")["arms"])["off"]["growth_after_prepare_mb"],
               r["on"]["growth_after_prepare_mb"], r["off"]["fill_s"], r["on"]["fill_s"]]),
-    ("the server grew {} MB after the first minute beyond the indexes' {} MB (target 50: met), {} "
-     "MB of it in heaps and buffers and {} MB in pages of mapped files", lambda: (lambda r: [
-         f"{r['growth_beyond_data_mb']:.1f}", f"{r['indexes_mb']['end'] - r['indexes_mb']['warm']:.1f}",
-         f"{r['rss_by_kind']['anon']:.1f}", f"{r['rss_by_kind']['file']:.1f}"])(
+    ("the server's resident memory changed by {} MB after the first minute beyond the indexes' {} MB (target: at most "
+     "+50), {} MB in heaps and buffers and {} MB in pages of mapped files", lambda: (lambda r: [
+         f"{r['growth_beyond_data_mb']:+.1f}", f"{r['indexes_mb']['end'] - r['indexes_mb']['warm']:.1f}",
+         f"{r['rss_by_kind']['anon']:+.1f}", f"{r['rss_by_kind']['file']:+.1f}"])(
         load("soak-cpu-fast.json")["results"]["serve"])),
+    ("after the first minute of a 10-minute soak changed by {} MB beyond the indexes, on the CPU default by {} MB",
+     lambda: [f"{load(n)['results']['serve']['growth_beyond_data_mb']:+.1f}"
+              for n in ("soak-cpu-fast.json", "soak-cpu-ce.json")]),
+    ("0 5xx, {} adds each stored once, search p95 {} s, {} MB beyond the indexes' {} MB; each minute's lowest sample rose "
+     "from {} to {} MB by minute 18 and stayed between {} and {} MB to minute 29", lambda: (lambda r, lows: [
+         f"{r['accepted']:,}", f"{r['routes']['search']['p95_s']:.2f}", f"{r['growth_beyond_data_mb']:+.1f}",
+         f"{r['indexes_mb']['end'] - r['indexes_mb']['warm']:.1f}", f"{lows[0]:,.0f}", f"{lows[17]:,.0f}",
+         f"{min(lows[17:]):,.0f}", f"{max(lows[17:]):,.0f}"])(
+        (r := load("soak-cpu-fast-30min.json")["results"]["serve"]), minute_lows(r))),
+    ("each minute's lowest sample rose from {} to {} MB over the nine minutes", lambda: (lambda lows: [
+        f"{lows[0]:,.0f}", f"{lows[-1]:,.0f}"])(minute_lows(load("soak-cpu-fast.json")["results"]["serve"]))),
+    ("what was allocated then and still held at the end, {} of {} MB were these arrays", lambda: (lambda r: [
+        f"{r['top'][0]['bytes'] / 1e6:.1f}", f"{r['held_mb']:.1f}"])(load("heap-leaks-before.json"))),
+    ("after, {} MB (`benchmarks/results/heap-leaks.json`", lambda: [f"{load('heap-leaks.json')['held_mb']:.1f}"]),
     ("the same answer to {} of {} LoCoMo dev questions with it on and off (F1 {}, standard error {};",
      lambda: (lambda d: [d["same_answers"], load("locomo-qa-flash.json")["arms"]["box-hits@1000 llm.flash_attn=true"][
          "questions"], f"{-d['mean']:+.1f}", d["se"]])(next(iter(load("locomo-qa-flash.json")["differences"].values())))),
@@ -760,6 +777,13 @@ DOCS_FIGURES = [
 @pytest.mark.parametrize("phrase, figures", DOCS_FIGURES, ids=[f[0][:40] for f in DOCS_FIGURES])
 def test_docs_rows_match_result_files(phrase, figures):
     assert normalise(phrase.format(*figures())) in normalise(docs_text())
+
+
+def minute_lows(result: dict) -> list[float]:
+    """A soak's lowest resident-memory sample in each whole minute of its load after the first (benchmarks/soak.py's
+    samples): minutes 1 to 9 of a 10-minute load."""
+    samples, minutes = result["rss_samples"], int(result["load"]["seconds"] // 60)
+    return [min(mb for t, mb in samples if m * 60 <= t < m * 60 + 60) for m in range(1, minutes)]
 
 
 def events_fit(name: str, variant: str) -> str:

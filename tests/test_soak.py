@@ -193,7 +193,13 @@ def test_a_minute_of_mixed_load_on_the_real_server_has_no_500_and_loses_nothing(
     pytest.importorskip("llama_cpp")
     pytest.importorskip("fastapi")
     load = S.Load(clients=4, seconds=60, conversations=6, timeout_s=120)
-    res = S.soak(tmp_path / "mem", "cpu-fast", load, warm_s=20)
+    ready: list = []  # on_ready: called once, with the server listening and nothing added yet (a profiler attaches)
+    def on_ready(server) -> None:
+        rows, filed = S.stored_counts(tmp_path / "mem")
+        ready.append((server.proc.poll(), sum(rows.values()), filed))
+
+    res = S.soak(tmp_path / "mem", "cpu-fast", load, warm_s=20, on_ready=on_ready)
+    assert ready == [(None, 0, 0)]
     assert S.verdicts(res) == [], res["statuses"]
     assert res["accepted"] > 20 and res["routes"]["search"]["requests"] > 10
     held = res["indexes_mb"]  # the server's own account of its indexes, read at the end of warm-up and at the end
@@ -378,3 +384,50 @@ def test_an_index_account_agrees_with_the_resident_memory_its_items_add(tmp_path
     assert done.returncode == 0, done.stderr[-2000:]
     added, grown = (float(v) for v in done.stdout.split())
     assert 0.7 * grown < added < 1.3 * grown, (added, grown)
+
+
+HEAPTRACK_LEAKS = """MEMORY LEAKS
+18.32M leaked over 1144125 calls from
+_PyObject_Malloc
+  at Objects/obmalloc.c:2003
+  in /usr/lib/libpython3.11.so.1.0
+18.28M leaked over 54 calls from:
+    PyCData_MallocBuffer
+      at Modules/_ctypes/_ctypes.c:2969
+    GenericPyCData_new
+    _PyEval_EvalFrameDefault
+      at Python/ceval.c:4769
+    slot_tp_init
+    0x7fabf9f2ad8d
+      in /lib/x86_64-linux-gnu/libgomp.so.1
+176B leaked over 3 calls from:
+    sqlite3Malloc
+      in /lib/x86_64-linux-gnu/libsqlite3.so.0
+  and 0B from 186 other places
+1.39M leaked over 2209090 calls from
+mm_internal_malloc
+1.34M leaked over 1 calls from:
+    mkl_serv_allocate
+total memory leaked: 22.82M
+"""
+
+
+def test_heap_leaks_reads_heaptracks_call_paths_biggest_first_without_the_interpreters_frames():
+    from conftest import benchmark_script
+
+    paths = benchmark_script("heap_leaks").call_paths(HEAPTRACK_LEAKS)
+    assert [(p["bytes"], p["calls"]) for p in paths] == [(18_280_000, 54), (1_340_000, 1), (176, 3)]
+    assert paths[0]["frames"] == ["PyCData_MallocBuffer", "GenericPyCData_new"]  # no interpreter frame, no address
+    assert [p["allocator"] for p in paths] == ["_PyObject_Malloc", "mm_internal_malloc", "_PyObject_Malloc"]
+    assert paths[1]["frames"] == ["mkl_serv_allocate"] and paths[2]["frames"] == ["sqlite3Malloc"]
+
+
+def test_heap_leaks_without_heaptrack_or_with_a_window_outside_the_load_says_so_in_one_line(monkeypatch, capsys):
+    hl = __import__("conftest").benchmark_script("heap_leaks")
+    monkeypatch.setattr(hl.shutil, "which", lambda tool: None if tool == "gdb" else f"/usr/bin/{tool}")
+    assert hl.main([]) == 2
+    assert capsys.readouterr().err.strip() == "heap_leaks.py: gdb not found (Debian: apt-get install heaptrack gdb)"
+    monkeypatch.setattr(hl.shutil, "which", lambda tool: f"/usr/bin/{tool}")
+    assert hl.main(["--seconds", "100", "--detach-at", "120"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "90.0, 120.0, 100.0" in err

@@ -413,9 +413,10 @@ def verdicts(result: dict) -> list[str]:
 
 def soak(store: Path, config: str, load: Load, *, kind: str = "serve", data: Path | None = None,
          warm_s: float = 60.0, sample_s: float = 5.0, log: Path | None = None,
-         env: dict[str, str] | None = None) -> dict[str, Any]:
+         env: dict[str, str] | None = None, on_ready: Callable[[Server], None] | None = None) -> dict[str, Any]:
     """Start the server on `store`, run the load, stop the server and report (see `report`), with what the server's
-    indexes held at the end of warm-up and at the end (`indexes_mb`) and its growth after warm-up beyond that."""
+    indexes held at the end of warm-up and at the end (`indexes_mb`) and its growth after warm-up beyond that.
+    `on_ready(server)` is called once it listens, before the load starts (a profiler attaching to it)."""
     lines = texts(data)
     log = log or store.with_name(store.name + f"-{kind}.log")
     server = Server(store, config, kind, log, env)
@@ -425,6 +426,8 @@ def soak(store: Path, config: str, load: Load, *, kind: str = "serve", data: Pat
     stop = threading.Event()
     try:
         server.wait_ready()
+        if on_ready is not None:
+            on_ready(server)
         sampler = threading.Thread(target=sample_rss, args=(server, stop, sample_s, samples, warm_s, held, parts),
                                    daemon=True)
         sampler.start()
