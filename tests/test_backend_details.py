@@ -496,7 +496,7 @@ def test_llamacpp_grammar_checked_json_leaves_no_vocabulary_array_for_the_garbag
         b.cfg = dataclasses.replace(cfg, grammar_check_first=True)
         for n in (1, 2, 1):
             assert isinstance(b.json_batch([json_req(n)])[0], (JsonResult, StructuredOutputError))
-        alive = [o for o in gc.get_objects() if isinstance(o, ctypes.Array) and len(o) == n_vocab]
+        alive = [o for o in gc.get_objects() if issubclass(type(o), ctypes.Array) and len(o) == n_vocab]
     finally:
         b.cfg = cfg
         gc.enable()
