@@ -759,7 +759,8 @@ DOCS_FIGURES = [
          "questions"], f"{-d['mean']:+.1f}", d["se"]])(next(iter(load("locomo-qa-flash.json")["differences"].values())))),
     ("the median of the last minute's samples against the first minute's after warm-up: {} MB", lambda: [
         f"{load('soak-cpu-fast.json')['results']['serve']['rss']['trend_mb']:+.1f}"]),
-    ("On the CPU default (cpu-ce, the same load, `benchmarks/results/soak-cpu-ce.json`): {} MB on {} GB (medians {} MB), "
+    ("On the CPU default (cpu-ce, the same load, `benchmarks/results/soak-cpu-ce.json`, before the grammar fix): {} MB "
+     "on {} GB (medians {} MB), "
      "search p95 {} s", lambda: (lambda r: [f"{r['growth_beyond_data_mb']:.1f}", f"{r['rss']['warm_mb'] / 1000:.1f}",
                                            f"{r['rss']['trend_mb']:+.1f}", f"{r['routes']['search']['p95_s']:.2f}"])(
         load("soak-cpu-ce.json")["results"]["serve"])),
