@@ -754,6 +754,8 @@ DOCS_FIGURES = [
     ("what was allocated then and still held at the end, {} of {} MB were these arrays", lambda: (lambda r: [
         f"{r['top'][0]['bytes'] / 1e6:.1f}", f"{r['held_mb']:.1f}"])(load("heap-leaks-before.json"))),
     ("after, {} MB (`benchmarks/results/heap-leaks.json`", lambda: [f"{load('heap-leaks.json')['held_mb']:.1f}"]),
+    ("on the CPU default (`--config cpu-ce`) {} MB (`benchmarks/results/heap-leaks-cpu-ce.json`", lambda: [
+        f"{load('heap-leaks-cpu-ce.json')['held_mb']:.1f}"]),
     ("the same answer to {} of {} LoCoMo dev questions with it on and off (F1 {}, standard error {};",
      lambda: (lambda d: [d["same_answers"], load("locomo-qa-flash.json")["arms"]["box-hits@1000 llm.flash_attn=true"][
          "questions"], f"{-d['mean']:+.1f}", d["se"]])(next(iter(load("locomo-qa-flash.json")["differences"].values())))),
