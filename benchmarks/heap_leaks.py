@@ -36,6 +36,11 @@ PLUMBING = re.compile(r"^(at |in )|PyEval|gen_send|PyGen_|_PyObject_|_PyVectorca
                       r"|^clone|^and [0-9.]+[KMGT]?B? from \d+ other places")
 
 
+def size(number: str, unit: str) -> int:
+    """Bytes of a size heaptrack printed ("589.82" "K")."""
+    return int(float(number) * UNIT[unit])
+
+
 def call_paths(text: str, frames: int = 6) -> list[dict]:
     """heaptrack_print's leak section as one row per call path: bytes, calls, the allocation function it reached
     and its first `frames` frames that are not the interpreter's plumbing, biggest first."""
@@ -46,7 +51,7 @@ def call_paths(text: str, frames: int = 6) -> list[dict]:
         if m:
             current, expect_allocator = None, not m.group(4)
             if m.group(4):  # a call path of the allocation function above
-                current = {"bytes": int(float(m.group(1)) * UNIT[m.group(2)]), "calls": int(m.group(3)),
+                current = {"bytes": size(m.group(1), m.group(2)), "calls": int(m.group(3)),
                            "allocator": allocator, "frames": []}
                 rows.append(current)
             continue
@@ -117,10 +122,11 @@ def main(argv: list[str] | None = None) -> int:
                                "--print-allocators", "0", "--print-temporary", "0", "-n", "40"],
                               capture_output=True, text=True, check=True).stdout
     total = re.search(r"total memory leaked: ([0-9.]+)([KMGT]?)", text)
-    held = int(float(total.group(1)) * UNIT[total.group(2)]) if total else None
+    held = size(*total.groups()) if total else None
     paths = call_paths(text)[:a.top]
-    print(f"attached {a.detach_at - a.attach_at:.0f} s: {held / 1e6 if held is not None else '?'} MB allocated "
-          f"then and still held at the end; {res['messages_stored']} messages stored, {res['messages_filed']} filed")
+    shown = f"{held / 1e6:.2f}" if held is not None else "?"
+    print(f"attached {a.detach_at - a.attach_at:.0f} s: {shown} MB allocated then and still held at the end;"
+          f" {res['messages_stored']} messages stored, {res['messages_filed']} filed")
     for r in paths:
         print(f"  {r['bytes'] / 1e6:7.2f} MB over {r['calls']} calls to {r['allocator']}: "
               f"{' < '.join(r['frames'][:4])}")

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 from membox_local.argtypes import count, number
-from membox_local.evaluation.soak import Load, soak, verdicts
+from membox_local.evaluation.soak import Load, minute_lows, soak, verdicts
 
 
 def table(results: dict[str, dict]) -> str:
@@ -37,6 +37,8 @@ def table(results: dict[str, dict]) -> str:
                     f"stored, {res['messages_filed']} filed); tracebacks {res['tracebacks']}; accepted {res['accepted']}, not stored "
                     f"{len(res['accepted_not_stored'])}, stored twice {len(res['stored_twice'])}, refused but "
                     f"stored {len(res['refused_but_stored'])}")
+        lows = minute_lows(res["rss_samples"], res["load"]["seconds"])
+        rows.append(f"{kind}: each minute's lowest sample after the first, MB: {', '.join(str(x) for x in lows)}")
         by_kind = res.get("rss_by_kind") or {}
         if by_kind.get("anon") is not None:
             rows.append(f"{kind}: of that growth, heaps and buffers {by_kind['anon']:+} MB, pages of mapped files "

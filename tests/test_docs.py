@@ -575,7 +575,8 @@ BENCHMARKS_FIGURES = [
      lambda: lme_qa_row(LME_GUARD, "box-hits")),
     ("on LoCoMo dev it takes over {} of {} (-{} F1, saved answers)", lambda: guard_locomo()),
     ("30 min (`--minutes 30`, `soak-cpu-fast-30min.json`): {} 5xx, {} tracebacks, {} adds, search p95 {} s, {} MB,",
-     lambda: (lambda r: [r["server_errors"], r["tracebacks"], f"{r['accepted']:,}", f"{r['routes']['search']['p95_s']:.2f}", f"{r['growth_beyond_data_mb']:+.1f}"])(
+     lambda: (lambda r: [r["server_errors"], r["tracebacks"], f"{r['accepted']:,}",
+                         f"{r['routes']['search']['p95_s']:.2f}", f"{r['growth_beyond_data_mb']:+.1f}"])(
         load("soak-cpu-fast-30min.json")["results"]["serve"])),
     ("**0 5xx, 0 tracebacks** both; {} / {} adds, each stored once; search p95 {} / {} s; resident memory {} / {} MB",
      lambda: soak_pair()),
@@ -784,10 +785,11 @@ def test_docs_rows_match_result_files(phrase, figures):
 
 
 def minute_lows(result: dict) -> list[float]:
-    """A soak's lowest resident-memory sample in each whole minute of its load after the first (benchmarks/soak.py's
-    samples): minutes 1 to 9 of a 10-minute load."""
-    samples, minutes = result["rss_samples"], int(result["load"]["seconds"] // 60)
-    return [min(mb for t, mb in samples if m * 60 <= t < m * 60 + 60) for m in range(1, minutes)]
+    """A saved soak's lowest resident-memory sample in each whole minute of its load after the first, as
+    benchmarks/soak.py prints them (evaluation.soak.minute_lows)."""
+    from membox_local.evaluation.soak import minute_lows as lows
+
+    return lows(result["rss_samples"], result["load"]["seconds"])
 
 
 def events_fit(name: str, variant: str) -> str:

@@ -221,6 +221,13 @@ def test_the_trend_compares_the_medians_of_the_first_and_the_last_minute_after_w
     assert S.rss_growth([(0, 1.0)], 60.0)["trend_mb"] is None
 
 
+def test_minute_lows_are_each_whole_minute_of_the_load_after_the_first():
+    samples = [(t, 100.0 + t / 60 + (30 if t % 10 else 0)) for t in range(0, 301, 5)]  # swings 30 MB with the calls
+    lows = S.minute_lows(samples, 300)
+    assert lows == [101.0, 102.0, 103.0, 104.0]  # minutes 1-4 of a 5-minute load, the swings left out
+    assert S.minute_lows([(0, 1.0), (130, 2.0)], 180) == [None, 2.0]  # a minute without a sample says so
+
+
 def test_growth_beyond_data_takes_out_what_the_indexes_took_on_after_warm_up():
     # the indexes held 10 MB at the end of warm-up and 100 MB at the end: 90 MB of the growth is data
     assert S.beyond_data({"growth_mb": 120.0}, 10.0, 100.0) == 30.0

@@ -350,6 +350,14 @@ def rss_growth(samples: list[tuple[float, float]], warm_s: float, span_s: float 
             "trend_mb": round(statistics.median(last) - statistics.median(first), 1)}
 
 
+def minute_lows(samples: list[tuple[float, float]], seconds: float) -> list[float]:
+    """The lowest resident-memory sample in each whole minute of a `seconds`-long load after its first (minutes 1 to
+    9 of a 10-minute load): with the heap given back between calls the samples swing with the calls in flight, so
+    what a minute's lowest does over the run is what the server keeps."""
+    return [min((r for t, r in samples if m * 60 <= t < m * 60 + 60), default=None)
+            for m in range(1, int(seconds // 60))]
+
+
 def beyond_data(rss: dict, held_warm: float | None, held_end: float | None) -> float | None:
     """The resident memory's growth after warm-up less what the server's indexes took on for the data stored since
     (their own account: status `indexes_mb`, VectorIndex.held_bytes)."""
