@@ -32,8 +32,9 @@ def table(results: dict[str, dict]) -> str:
     for kind, res in results.items():
         rss = res["rss"]
         rows.append(f"\n{kind}: resident memory {rss['warm_mb']} MB after {res['load']['warm_s']:.0f} s, "
-                    f"{rss['end_mb']} MB at the end ({rss['growth_mb']:+} MB; the last minute's median against the first "
-                    f"minute's after it {rss['trend_mb']:+} MB; {res['messages_stored']} messages "
+                    f"{rss['end_mb']} MB at the end ({rss['growth_mb']:+} MB; largest {rss['max_mb']} MB; the last "
+                    f"minute's median against the first minute's after it {rss['trend_mb']:+} MB; "
+                    f"{res['messages_stored']} messages "
                     f"stored, {res['messages_filed']} filed); tracebacks {res['tracebacks']}; accepted {res['accepted']}, not stored "
                     f"{len(res['accepted_not_stored'])}, stored twice {len(res['stored_twice'])}, refused but "
                     f"stored {len(res['refused_but_stored'])}")

@@ -583,6 +583,8 @@ BENCHMARKS_FIGURES = [
     ("(0.2 MB; target 50: met): heaps {} MB, mapped files' pages {} MB; the last minute's median against the first "
      "minute's after it {} MB", lambda: [f"{v:+.1f}" for v in load("soak-cpu-fast.json")["results"]["serve"][
          "rss_by_kind"].values()] + [f"{load('soak-cpu-fast.json')['results']['serve']['rss']['trend_mb']:+.1f}"]),
+    ("the largest sample {} MB above the first after warm-up, with the answers in flight;", lambda: (lambda r: [
+        f"{r['max_mb'] - r['warm_mb']:.0f}"])(load("soak-cpu-ce.json")["results"]["serve"]["rss"])),
     ("(cpu-ce: of 5.2 GB, the medians {} MB;", lambda: [
         f"{load('soak-cpu-ce.json')['results']['serve']['rss']['trend_mb']:+.1f}"]),
     ("answers p50 {} s ({} of {} a 409: nothing filed yet)", lambda: (lambda a: [
@@ -754,6 +756,8 @@ DOCS_FIGURES = [
         f"{lows[0]:,.0f}", f"{lows[-1]:,.0f}"])(minute_lows(load("soak-cpu-fast.json")["results"]["serve"]))),
     ("what was allocated then and still held at the end, {} of {} MB were these arrays", lambda: (lambda r: [
         f"{r['top'][0]['bytes'] / 1e6:.1f}", f"{r['held_mb']:.1f}"])(load("heap-leaks-before.json"))),
+    ("the largest sample {} MB above the first after warm-up while the 1.5B answers", lambda: (lambda r: [
+        f"{r['max_mb'] - r['warm_mb']:.0f}"])(load("soak-cpu-ce.json")["results"]["serve"]["rss"])),
     ("after, {} MB (`benchmarks/results/heap-leaks.json`", lambda: [f"{load('heap-leaks.json')['held_mb']:.1f}"]),
     ("on the CPU default (`--config cpu-ce`) {} MB (`benchmarks/results/heap-leaks-cpu-ce.json`", lambda: [
         f"{load('heap-leaks-cpu-ce.json')['held_mb']:.1f}"]),
