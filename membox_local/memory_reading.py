@@ -7,7 +7,7 @@ from typing import Any, Callable, Iterable, Mapping
 
 from .backends.base import Backend, JsonRequest, StructuredOutputError, TextRequest
 from .dates import parse_session_date, resolve_relative
-from .grounding import not_mentioned_reply, unmentioned
+from .grounding import NOTHING_TO_READ, not_mentioned_reply, unmentioned
 from .index import VectorIndex
 from .ingest import InputError
 from .prompts import answer_prompt, asks_for_advice, asks_for_total, tally_prompt, tally_schema
@@ -158,7 +158,10 @@ class Reading:
         check_terms` a question naming something the context never mentions is answered "not mentioned" here.
         `on_text`: called with the answer as the model writes it, only where the model's text is the answer (the
         plain answer call, not "not mentioned" decided here nor a total added up from a list): the pieces it gets
-        join to Answer.text exactly; when it got none, the answer is printed whole (`membox ask`)."""
+        join to Answer.text exactly; when it got none, the answer is printed whole (`membox ask`). A context that
+        shows nothing (no message, box or event) is answered "not mentioned" without a model call."""
+        if not (ctx.message_ids or ctx.box_ids or ctx.event_ids):
+            return Answer(NOTHING_TO_READ, ctx, question)
         if self.config.answer.check_terms and not asks_for_advice(question):  # a request may name what is new
             missing = unmentioned(question, ctx.text)
             if missing:

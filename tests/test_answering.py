@@ -1,8 +1,6 @@
 """The answer stage: a separate answering model, dated context, speaker-checked events (issue 22)."""
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from membox_local.config import ConfigError, load_config, parse_assignment

@@ -6,10 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from membox_local.ingest import load_jsonl
 from membox_local.records import Message
 
-from conftest import DEMO, benchmark_script
+from conftest import benchmark_script
 
 script = benchmark_script
 
@@ -27,23 +26,6 @@ def test_build_speed_refuses_a_work_folder_that_holds_memories(tmp_path, capsys)
     with pytest.raises(SystemExit):
         script("build_speed").main(["--workdir", str(tmp_path), "--conversations", "conv-26"])
     assert "holds memories already" in capsys.readouterr().err
-
-
-def test_json_levers_replays_extractions_each_followed_by_a_link(memory):
-    from membox_local.backends.base import validate_json
-
-    memory.add(load_jsonl(DEMO), seal=True)
-    path = memory.path
-    memory.close()
-    levers = script("json_levers")
-    reqs = levers.requests(str(path), 3, memory.config)
-    assert [r.stage for r in reqs] == ["extract", "extract", "link", "extract", "link"]
-    for r in reqs:
-        assert r.max_tokens > 0 and r.prompt.system and r.prompt.user
-    link = reqs[2]
-    n_new = link.prompt.user.split("New events")[1].count("\n") - 2  # the numbered lines
-    assert validate_json({"continues": list(range(1, n_new + 1))}, link.schema) == []
-    assert validate_json({"continues": [n_new + 1]}, link.schema) != []  # only the numbers it showed
 
 
 def test_build_speed_markdown_reports_each_conversation_and_the_ratio():
@@ -86,50 +68,3 @@ def test_build_speed_reports_tokens_per_message_by_stage_and_the_load():
                                                         "messages": 10, "before_s": 25.0, "after_s": 5.0, "ratio": 5.0}})
 
 
-def test_link_precision_weaves_the_same_boxes_again_and_grades_every_link(tmp_path):
-    """benchmarks/link_precision.py on the doubles: the copy keeps the boxes and events and loses the traces; weaving
-    it again records each link with the trace as the link call saw it; the judge's verdicts give the precision."""
-    from membox_local.backends.base import LabelResult, Usage
-    from membox_local.config import load_config
-    from membox_local.memory import Memory
-    from membox_local.testing import FakeEmbedder
-
-    from test_batch import conversations, weaving_backend
-
-    lp = script("link_precision")
-    cfg = load_config("cpu")
-    cfg.weaver.vote_threshold = 0.2  # the double's events are short: let them vote
-    conv, msgs = next(iter(conversations().items()))
-    with Memory(tmp_path / "src", cfg, backend=weaving_backend(), embedder=FakeEmbedder()) as mem:
-        mem.add(msgs, seal=True)
-        boxes = len(mem.store.boxes(conv, status="extracted"))
-        events = sum(len(b.events) for b in mem.store.boxes(conv))
-        assert mem.store.traces_with_events(conv)
-    (tmp_path / "copy").mkdir()
-    store = lp.fresh_copy(tmp_path / "src", tmp_path / "copy")
-    try:
-        assert store.traces_with_events(conv) == [] and len(store.unwoven_boxes(conv)) == boxes
-        assert sum(len(b.events) for b in store.boxes(conv)) == events
-        side = lp.weave(store, cfg, conv, weaving_backend(), FakeEmbedder())
-    finally:
-        store.close()
-    assert side["boxes"] == boxes and side["failed"] == 0 and side["links"]
-    assert all(link["trace_events"] and len(link["trace_events"]) <= lp.SHOWN for link in side["links"])
-
-    class Judge:  # says yes to every other link
-        def __init__(self):
-            self.n = 0
-
-        def label(self, requests):
-            out = []
-            for r in requests:
-                self.n += 1
-                out.append(LabelResult("yes" if self.n % 2 else "no", Usage(r.stage, 1, 1)))
-            return out
-
-    lp.grade(side["links"], Judge())
-    rep = lp.side_report(side)
-    assert rep["links"] == len(side["links"]) and rep["judged_yes"] == (len(side["links"]) + 1) // 2
-    assert rep["precision"] == round(rep["judged_yes"] / rep["links"], 3)
-    assert len(rep["refused"]) == min(lp.SAMPLE, rep["links"] - rep["judged_yes"])
-    assert "read_tokens" not in rep["linking_per_box"]  # the double does not say what was cached

@@ -173,53 +173,6 @@ def test_fit_content_ce_stacks_the_cross_encoder_out_of_fold(tmp_path, monkeypat
     assert 'ce_model = "content/ce-tiage-all-minilm-l6-v2.safetensors"' in capsys.readouterr().out
 
 
-def test_ce_sweep_chooses_by_tiage_dev_within_locomo_sizes_and_only_reports_dialseg(tmp_path, monkeypatch, capsys,
-                                                                                   fake_ce):
-    """benchmarks/ce_sweep.py on the tiny data of tests/test_fit.py: a row per set x cap x offset with every figure,
-    the chosen row the best TIAGE-dev objective among those with LoCoMo boxes of 4-8 (or among all when none has),
-    weights taken from a `fit hybrid --ce` result with --fit, and one error line (exit 2) for a set it lacks."""
-    from tests.test_build_speed import script
-    from tests.test_fit import write_data
-
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setitem(cache.MODELS, "embedder", lambda cfg: FakeEmbedder())
-    write_data(tmp_path / "data")
-    sweep = script("ce_sweep")
-    fit = tmp_path / "fit.json"
-    fit.write_text(json.dumps({"candidates": [
-        {"name": "cpu default (hybrid), same subsets", "loom": {"weights": {}, "bias": 0.0}},
-        {"name": "hybrid ce min_box=2, fitted with joins of 2", "loom": {"weights": {"ce_continue": 1.0}, "bias": 0.5}},
-        {"name": "hybrid cos+ce min_box=2", "loom": {"weights": {"ce_continue": 0.5, "cos_last": 1.0}, "bias": 0.0}}]}))
-    base = ["--config", "cpu-ce", "--data-dir", "data", "--offsets", "-1", "0", "1", "--caps", "16", "4"]
-    assert sweep.main(base + ["--fit", str(fit), "--sets", "ce", "cos+ce", "--out", "t"]) == 0
-    rows = json.loads((tmp_path / "runs/segmentation/t.json").read_text())["rows"]
-    assert len(rows) == 2 * 2 * 3 and all({"dev", "dev_joined", "dialseg711", "locomo60", "sel"} <= set(r) for r in rows)
-    assert {r["bias"] for r in rows if r["set"] == "ce"} == {-0.5, 0.5, 1.5}
-    (chosen,) = [r for r in rows if r.get("chosen")]
-    sane = [r for r in rows if 4 <= r["locomo60"] <= 8] or rows
-    assert chosen["sel"] == max(r["sel"] for r in sane)
-    with pytest.raises(SystemExit) as exc:
-        sweep.main(base + ["--fit", str(fit), "--sets", "conv+ce"])
-    assert exc.value.code == 2 and "--sets conv+ce: not in" in capsys.readouterr().err
-
-    # --whole: LoCoMo sizes of whole conversations are the condition; --gate: TIAGE dev no worse than it
-    gate = sorted(rows, key=lambda r: -r["sel"])[1]["dev"]  # a gate the best row may fail and the second meets
-    args = base + ["--fit", str(fit), "--sets", "ce", "cos+ce", "--set", "loom.cap_split=weakest", "--whole",
-                   "--gate", str(gate["pk"]), str(gate["wd"]), str(gate["f1"]), "--out", "w"]
-    assert sweep.main(args) == 0
-    report = json.loads((tmp_path / "runs/segmentation/w.json").read_text())
-    assert "whole" in report["rule"] and "no worse than" in report["rule"]
-    assert all(r["cap_split"] == "weakest" and "per_conversation" in r["locomo_whole"] for r in report["rows"])
-    ok = [r for r in report["rows"] if sweep.eligible(r, [gate["pk"], gate["wd"], gate["f1"]])]
-    (chosen,) = [r for r in report["rows"] if r.get("chosen")]
-    assert chosen["sel"] == max(r["sel"] for r in ok or report["rows"])
-    row = {"dev": {"pk": 0.30, "wd": 0.33, "f1": 0.50}, "locomo60": 7.0, "locomo_whole": {"mean": 8.4}}
-    assert not sweep.eligible(row, None)  # the whole conversations' size decides when it was measured
-    row["locomo_whole"]["mean"] = 7.9
-    assert sweep.eligible(row, None) and sweep.eligible(row, [0.305, 0.330, 0.496])
-    assert not sweep.eligible(row, [0.305, 0.329, 0.496]) and not sweep.eligible(row, [0.305, 0.330, 0.51])
-
-
 # ---- the cheaper link verification --------------------------------------------------------------
 def test_link_calls_show_only_voters_cut_and_bounded(tmp_path):
     from tests.test_weaver import Bench

@@ -81,20 +81,3 @@ def test_events_without_sources_point_nowhere(memory):
     assert SAID_PREFIX not in make_retriever("box-hits-said", memory).retrieve(question, CONV, 1, 10**6).text
 
 
-def test_events_made_from_the_lines_are_each_lines_own_words_resolved(memory, monkeypatch):
-    """benchmarks/events_fit.py --events lines: the events `[extract] events = "lines"` keeps, made from a memory's
-    boxes by the same code, each at the line it comes from (the stored records' events are not read)."""
-    from conftest import REPO, benchmark_script
-
-    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))  # events_fit imports lexical_fit beside it
-    events_fit = benchmark_script("events_fit")
-    _file(memory)
-    r = events_fit.SaidFromLines(memory)
-    bm = r.box_map(CONV)
-    by_line = {m.message_id: r.events(bm).of(m) for m in bm.messages}
-    assert by_line["D1:2"] == []  # "Did what?" asks, tells nothing
-    assert by_line["D1:4"] == ["Bob's bike has a flat tyre again"]  # "my" is the line's speaker's
-    assert all(e.startswith("Ann") for e in by_line["D1:1"] + by_line["D1:3"])
-    assert not any("ceramics" in e for events in by_line.values() for e in events)  # the stored events unread
-    ctx = r.retrieve("Where should Bob take his bike?", CONV, 10, 10**6)
-    assert SAID_PREFIX + "Bob's bike has a flat tyre again" in ctx.text.split("\n")

@@ -328,6 +328,17 @@ def test_answer_uses_the_backend_and_records_usage(memory):
     assert memory.store.usage_by_stage()["answer"]["calls"] == 1
 
 
+def test_nothing_to_read_is_answered_without_a_model_call(memory):
+    """An empty memory, or a conversation it does not hold: "not mentioned", decided by code (issue 64: a model
+    asked from 0 context tokens invented a race winner)."""
+    for question, conversation in (("Who won the race?", None), ("What is the name of Tom's cat?", "nope")):
+        ans = memory.answer(question, conversation_id=conversation)
+        assert ans.text.startswith("not mentioned") and ans.context.tokens == 0
+        memory.add(load_jsonl(DEMO), seal=True)
+    assert "answer" not in memory.store.usage_by_stage()
+    assert memory.answer("What is the name of Tom's cat?").text != ans.text  # the demo's conversation: the model
+
+
 def test_index_is_rebuilt_from_the_store(tmp_path, cfg):
     mem = Memory(tmp_path / "m", cfg, backend=FakeBackend(), embedder=FakeEmbedder())
     mem.add(load_jsonl(DEMO), seal=True)

@@ -360,94 +360,6 @@ def test_boxes_only_builds_the_other_systems_in_full_on_the_same_boxes(tmp_path,
             progress=False)
 
 
-def test_fit_eventweave_runs_the_grid_on_the_builds_and_chooses_the_best(tmp_path, data):
-    fit = script("fit_eventweave")
-    _event_graph_build(tmp_path, data)
-    saved = tmp_path / "fit.json"
-    assert fit.main(["--data", str(data), "--conversations", "tiny", "--builds", str(tmp_path / "builds"),
-                     "--recency", "0", "0.5", "--pagerank", "0", "1", "--half-life", "2", "8",
-                     "--budgets", "30", "120", "--out", str(tmp_path / "grid"), "--save", str(saved)],
-                    embedder=FakeEmbedder()) == 0
-    got = json.loads(saved.read_text())
-    # half lives only vary where recency counts: 2 points without it, 2 x 2 with it
-    assert len(got["grid"]) == 6 and got["chosen"] in got["grid"]
-    assert all(set(p["recall"]["event-graph"]) == {"budget=30", "budget=120"} for p in got["grid"])
-    # ties go to the smaller weights
-    flat = {"budget=30": 0.5}
-    pts = [{"recency_weight": r, "pagerank_weight": p, "half_life": 4.0, "recall": {"m": flat}}
-           for r, p in [(1.0, 0.0), (0.0, 0.0), (0.0, 0.3)]]
-    assert fit.choose(pts, "m") is pts[1]
-    pts[2]["recall"]["m"] = {"budget=30": 0.6}
-    assert fit.choose(pts, "m") is pts[2]
-
-
-def test_eventweave_backtracking_script_measures_the_builds_without_changing_them(tmp_path, data):
-    bt = script("eventweave_backtracking")
-    args = ["--data", str(data), "--conversations", "tiny", "--builds", str(tmp_path / "builds"), "--budget", "60"]
-    with pytest.raises(SystemExit, match="no build of tiny"):
-        bt.main(args, embedder=FakeEmbedder())
-    _event_graph_build(tmp_path, data)
-    db = tmp_path / "builds" / "eventweave" / "tiny" / "memory.db"
-    before = _graph_rows(db)
-    saved = tmp_path / "bt.json"
-    assert bt.main(args + ["--pagerank", "0", "1", "--shares", "0.5", "1", "--seeds", "0", "1",
-                           "--save", str(saved)], embedder=FakeEmbedder()) == 0
-    got = json.loads(saved.read_text())
-    assert len(got["rows"]) == 2 * 2 * 2 and len(got["table"]) == 2 + 2 * 2
-    assert all(p["intact"] == p["removed"] for r in got["rows"] if r["pagerank_weight"] == 0
-               for p in r["per_question"])
-    assert not any(q.get("question", "") in json.dumps(got) for q in QA)  # ids only: no dataset text
-    assert _graph_rows(db) == before
-
-
-def test_eventweave_bounded_script_replays_the_builds_with_caps_and_saves_ids_only(tmp_path, data):
-    bd = script("eventweave_bounded")
-    args = ["--data", str(data), "--conversations", "tiny", "--builds", str(tmp_path / "builds"), "--budgets", "30",
-            "60"]
-    with pytest.raises(SystemExit, match="no build of tiny"):
-        bd.main(args, embedder=FakeEmbedder())
-    _event_graph_build(tmp_path, data)
-    db = tmp_path / "builds" / "eventweave" / "tiny" / "memory.db"
-    before = _graph_rows(db)
-    assert before["ew_nodes"] and before["ew_edges"]
-    saved = tmp_path / "bounded.json"
-    assert bd.main(args + ["--caps", "0", "1", "--save", str(saved)], embedder=FakeEmbedder()) == 0
-    got = json.loads(saved.read_text())
-    free, capped = got["rows"]
-    assert (free["cap"], capped["cap"], capped["nodes"]) == (0, 1, 1) and free["nodes"] > 1
-    assert capped["evicted_nodes"] == free["nodes"] - 1 and set(free["recall"]) == {"30", "60"}
-    assert len(got["table"]) == 2 + 2 and "| no cap |" in got["table"][2]
-    assert not any(q.get("question", "") in json.dumps(got) for q in QA)  # ids only: no dataset text
-    assert _graph_rows(db) == before  # replayed in a copy
-
-
-def test_eventweave_report_composes_recall_qa_and_build_cost_from_saved_results(tmp_path, data, capsys):
-    from membox_local.evaluation.results import save_results
-
-    rep = script("eventweave_report")
-    _event_graph_build(tmp_path, data)  # event-graph recall in tmp_path/run
-    run(_settings(tmp_path, data, config="eventweave", qa=False, modes=["box-hits", "chunk-rag"], build=False,
-                  boxes_only=True), backend=FakeBackend(), embedder=FakeEmbedder(), progress=False)
-    save_results([tmp_path / "run"], tmp_path / "ew.jsonl.gz", "2026-12-03")
-    qa = dict(k=[10], budgets=[60], qa_k=10, qa_budget=60, build=False, boxes_only=True)
-    run(_settings(tmp_path, data, config="eventweave", modes=["event-graph"], out=str(tmp_path / "qa"), **qa),
-        backend=FakeBackend(), embedder=FakeEmbedder(), progress=False)
-    save_results([tmp_path / "qa"], tmp_path / "qa.jsonl.gz", "2026-12-03")
-    run(_settings(tmp_path, data, modes=["box-hits"], out=str(tmp_path / "bh"), answer_models=["small"], **qa),
-        backend=FakeBackend(), embedder=FakeEmbedder(), progress=False, answer_backends={"small": FakeBackend()})
-    save_results([tmp_path / "bh"], tmp_path / "answers.jsonl.gz", "2026-12-03")
-    assert rep.main(["--data", str(data), "--recall", str(tmp_path / "ew.jsonl.gz"), "--compact",
-                     str(tmp_path / "none.jsonl.gz"), "--qa", str(tmp_path / "qa.jsonl.gz"), "--answers",
-                     str(tmp_path / "answers.jsonl.gz"), "--answerer", "small", "--budgets", "30", "60",
-                     "--modes", "event-graph", "box-hits", "chunk-rag"]) == 0
-    out = capsys.readouterr().out
-    recall, answers, cost = out.strip().split("\n\n")
-    assert [l.split(" | ")[0] for l in recall.splitlines()[2:]] == ["| event-graph", "| box-hits", "| chunk-rag"]
-    rows = answers.splitlines()[2:]
-    assert [r.split(" | ")[:2] for r in rows] == [["| box-hits", "4"], ["| event-graph", "4"]]
-    assert cost.splitlines()[2].startswith("| EventWeave") and "| 11 |" in cost.splitlines()[2]
-
-
 def test_next_turn_script_generates_both_conditions_resumes_and_saves_no_text(tmp_path, data):
     nt = script("next_turn")
     _event_graph_build(tmp_path, data)
@@ -486,24 +398,30 @@ def test_answer_models_report_saves_only_the_questions_every_model_answered(tmp_
     assert all("question" not in r and "prediction" not in r and r["date"] for r in recs)
 
 
-def test_eventweave_extract_models_script_counts_what_each_model_keeps(tmp_path, data):
-    em = script("eventweave_extract_models")
-    assert em.pick(list(range(100)), 6, 3) == [0, 1, 2, 97, 98, 99]
 
-    def make(llm):
-        b = FakeBackend()
-        swap = llm.model == "swapper"  # writes every turn's news as the other person's
-        b.responder = lambda r: {"events": [{"text": ("Bob" if "Ann:" in r.prompt.user.split("New turn:")[1]
-                                                     else "Ann") + " planted tomatoes" if swap else
-                                             "Ann planted cherry tomatoes in the garden", "when": ""}]} \
-            if r.stage == "ew-extract" else None
-        return b
 
-    saved = tmp_path / "em.json"
-    assert em.main(["--data", str(data), "--conversation", "tiny", "--models", "honest", "swapper", "--turns", "4",
-                    "--block", "2", "--save", str(saved)], make=make) == 0
-    got = {r["model"]: r for r in json.loads(saved.read_text())["rows"]}
-    assert got["honest"]["pairs"] == got["swapper"]["pairs"] == 4
-    assert got["swapper"]["dropped"].get("about another person", 0) >= 1
-    assert got["honest"]["kept"] + sum(got["honest"]["dropped"].values()) == got["honest"]["items"] == 4
-    assert not any(t in saved.read_text() for _, t in SESSION_1 + SESSION_2)
+def test_eventweave_report_composes_recall_qa_and_build_cost_from_saved_results(tmp_path, data, capsys):
+    from membox_local.evaluation.results import save_results
+
+    rep = script("eventweave_report")
+    _event_graph_build(tmp_path, data)  # event-graph recall in tmp_path/run
+    run(_settings(tmp_path, data, config="eventweave", qa=False, modes=["box-hits", "chunk-rag"], build=False,
+                  boxes_only=True), backend=FakeBackend(), embedder=FakeEmbedder(), progress=False)
+    save_results([tmp_path / "run"], tmp_path / "ew.jsonl.gz", "2026-12-03")
+    qa = dict(k=[10], budgets=[60], qa_k=10, qa_budget=60, build=False, boxes_only=True)
+    run(_settings(tmp_path, data, config="eventweave", modes=["event-graph"], out=str(tmp_path / "qa"), **qa),
+        backend=FakeBackend(), embedder=FakeEmbedder(), progress=False)
+    save_results([tmp_path / "qa"], tmp_path / "qa.jsonl.gz", "2026-12-03")
+    run(_settings(tmp_path, data, modes=["box-hits"], out=str(tmp_path / "bh"), answer_models=["small"], **qa),
+        backend=FakeBackend(), embedder=FakeEmbedder(), progress=False, answer_backends={"small": FakeBackend()})
+    save_results([tmp_path / "bh"], tmp_path / "answers.jsonl.gz", "2026-12-03")
+    assert rep.main(["--data", str(data), "--recall", str(tmp_path / "ew.jsonl.gz"), "--compact",
+                     str(tmp_path / "none.jsonl.gz"), "--qa", str(tmp_path / "qa.jsonl.gz"), "--answers",
+                     str(tmp_path / "answers.jsonl.gz"), "--answerer", "small", "--budgets", "30", "60",
+                     "--modes", "event-graph", "box-hits", "chunk-rag"]) == 0
+    out = capsys.readouterr().out
+    recall, answers, cost = out.strip().split("\n\n")
+    assert [l.split(" | ")[0] for l in recall.splitlines()[2:]] == ["| event-graph", "| box-hits", "| chunk-rag"]
+    rows = answers.splitlines()[2:]
+    assert [r.split(" | ")[:2] for r in rows] == [["| box-hits", "4"], ["| event-graph", "4"]]
+    assert cost.splitlines()[2].startswith("| EventWeave") and "| 11 |" in cost.splitlines()[2]

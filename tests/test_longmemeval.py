@@ -7,7 +7,6 @@ import gzip
 import dataclasses
 import json
 import math
-from pathlib import Path
 
 import pytest
 
@@ -402,52 +401,3 @@ def test_the_report_splits_questions_by_which_context_held_more_evidence():
     assert (box["recall@1000 differs"], turn["recall@1000 differs"]) == (1, 0)
 
 
-def test_the_item_writer_script_reads_a_longmemeval_history_and_counts_tokens(tmp_path, data, capsys):
-    """benchmarks/eventweave_extract_models.py --longmemeval: the pairs come from the question's user-and-assistant
-    history; each model's row says its prompt and completion tokens per pair; an unknown question is one line, 2."""
-    em = benchmark_script("eventweave_extract_models")
-
-    def make(llm):
-        b = FakeBackend()
-        b.responder = lambda r: {"events": [{"text": "The user has a beagle named Rex", "when": ""}]} \
-            if r.stage == "ew-extract" else None
-        return b
-
-    saved = tmp_path / "em.json"
-    assert em.main(["--longmemeval", str(data), "--conversation", "q1", "--models", "m", "--turns", "4",
-                    "--block", "2", "--save", str(saved)], make=make) == 0
-    got = json.loads(saved.read_text())
-    row = got["rows"][0]
-    assert row["pairs"] == 4 and got["data"] == str(data) and got["conversation"] == "q1"
-    assert row["prompt_tokens_per_pair"] > 0 and row["completion_tokens_per_pair"] > 0
-    assert {p["message_id"].split(":")[0] for p in got["pairs"]} <= {"q1-s0", "q1-s1", "q1-s2"}
-    assert "beagle" not in saved.read_text()  # counts and ids only, no text
-    assert em.main(["--longmemeval", str(data), "--conversation", "nope"], make=make) == 2
-    assert capsys.readouterr().err.strip().splitlines()[-1] == f"error: --conversation nope: no such question in {data}"
-
-
-def test_the_oracle_file_keeps_only_the_evidence_sessions(tmp_path, data, monkeypatch, capsys):
-    """benchmarks/longmemeval_oracle.py: the paper's oracle setting derived from an S file (ids, dates and turns in
-    step), written whole into runs/, then `membox eval longmemeval` on it with the run's own folders."""
-    script = benchmark_script("longmemeval_oracle")
-    kept = {r["question_id"]: r for r in script.oracle(RECORDS)}
-    assert kept["q1"]["haystack_session_ids"] == ["q1-s1"]
-    assert kept["q1"]["haystack_dates"] == [RECORDS[0]["haystack_dates"][1]]
-    assert kept["q2"]["haystack_sessions"] == [RECORDS[1]["haystack_sessions"][0], RECORDS[1]["haystack_sessions"][2]]
-    assert kept["q3_abs"]["haystack_sessions"] == []  # none named, none kept (every dev question names 1-5)
-    assert RECORDS[0]["haystack_session_ids"] == ["q1-s0", "q1-s1", "q1-s2"]  # the source untouched
-    assert script.stats(list(kept.values())).startswith("oracle: 3 questions, 0-2 evidence sessions each (1.0 on average)")
-
-    monkeypatch.chdir(tmp_path)
-    calls = []
-    monkeypatch.setattr(script, "membox", lambda argv: calls.append(argv) or 0)
-    assert script.main(["--data", str(data), "--modes", "box-hits", "--stride", "2"]) == 0
-    assert script.oracle_path(str(data)) == Path("runs/oracle-lme.json.gz")
-    assert script.oracle_path("../shared/data/longmemeval/longmemeval_s_dev.json.gz") == Path(
-        "runs/longmemeval_oracle_dev.json.gz")  # as the released oracle file is named
-    written = json.loads(gzip.open(tmp_path / "runs/oracle-lme.json.gz", "rt").read())
-    assert [len(r["haystack_sessions"]) for r in written] == [1, 2, 0]
-    assert calls == [["eval", "longmemeval", "--data", "runs/oracle-lme.json.gz", "--builds", "runs/builds-lme-oracle",
-                      "--out", "runs/lme-oracle", "--modes", "box-hits", "--stride", "2"]]
-    assert script.main(["--data", str(tmp_path / "none.json")]) == 2
-    assert "no such file" in capsys.readouterr().err

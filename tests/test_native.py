@@ -114,41 +114,6 @@ def test_a_memory_reads_in_its_embedder_and_its_judges_cross_encoder(tmp_path):
         memory.close()
 
 
-@pytest.mark.integration
-def test_llamacpp_attention_room_grows_with_the_kv_cache_unless_flash_attention(tmp_path):
-    """benchmarks/attention_memory.py on the tests' model: each arm in its own process, the saved figures complete;
-    filling the context after the prepare batch adds resident memory with flash attention off, less with it on."""
-    import json
-
-    pytest.importorskip("llama_cpp")
-    from conftest import benchmark_script
-
-    out = tmp_path / "attention.json"
-    assert benchmark_script("attention_memory").main(["--model", "smollm2-135m", "--n-ctx", "1024", "--threads", "1",
-                                                      "--save", str(out)]) == 0
-    arms = json.loads(out.read_text())["arms"]
-    for r in arms.values():
-        assert list(r["by_depth_mb"]) == ["960"] and r["loaded_mb"] <= r["prepared_mb"]
-    assert arms["off"]["growth_after_prepare_mb"] > arms["on"]["growth_after_prepare_mb"] + 5
-
-
-@pytest.mark.integration
-def test_flash_history_counts_texts_that_change_with_what_the_instance_ran_before(tmp_path):
-    """benchmarks/flash_history.py on the tests' model: both arms report, for the same prompts, how many texts changed
-    with the order they ran in and with the cache they found. Which texts change varies by CPU build, and either
-    setting has changed one (docs/backends.md): structure only."""
-    import json
-
-    pytest.importorskip("llama_cpp")
-    from conftest import benchmark_script
-
-    out = tmp_path / "history.json"
-    assert benchmark_script("flash_history").main(["--boxes", "2", "--save", str(out)]) == 0
-    arms = json.loads(out.read_text())["arms"]
-    for r in arms.values():
-        assert r["texts"] == 2 and 0 <= r["differ_by_order"] <= 2 and 0 <= r["differ_warm_vs_empty_cache"] <= 2
-
-
 def test_the_heap_is_trimmed_at_most_once_per_interval_over_all_threads(monkeypatch):
     calls = []
     monkeypatch.setattr(native, "_malloc_trim", lambda pad: calls.append(pad) or 1)
@@ -169,18 +134,3 @@ def test_without_glibc_the_heap_is_left_as_it_is(monkeypatch):
     assert native.give_back_freed_heap(0.0) is False
 
 
-@pytest.mark.integration
-def test_trimming_after_minilm_calls_gives_their_temporaries_back(tmp_path):
-    """benchmarks/heap_trim.py, one round, each arm in its own process on the real MiniLM: with the heap trimmed
-    after every call, the process keeps less after the calls than without, and little (its temporaries went back)."""
-    import json
-
-    from conftest import benchmark_script
-
-    if not native._find_malloc_trim():
-        pytest.skip("the C library has no malloc_trim (not glibc)")
-    out = tmp_path / "heap.json"
-    assert benchmark_script("heap_trim").main(["--rounds", "1", "--save", str(out)]) == 0
-    arms = json.loads(out.read_text())["arms"]
-    assert arms["trimmed"]["trims"] == 24 and arms["kept"]["trims"] == 0
-    assert arms["trimmed"]["kept_mb"] < arms["kept"]["kept_mb"] and arms["trimmed"]["kept_mb"] < 40

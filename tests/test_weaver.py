@@ -9,7 +9,6 @@ from membox_local.execution.driver import Driver
 from membox_local.embed import CachedEmbedder
 from membox_local.memory import Memory
 from membox_local.records import Event, Message
-from membox_local.retrieval import count_tokens
 from membox_local.show import format_traces
 from membox_local.systems.membox_tables import BoxStore as Store
 from membox_local.weaver import Weaver, weave_counters

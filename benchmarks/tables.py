@@ -1,0 +1,588 @@
+"""BENCHMARKS.md's tables and README's headline figures, written from the saved results in benchmarks/results/.
+
+    python benchmarks/tables.py            # rewrite every marked block of BENCHMARKS.md and README.md
+    python benchmarks/tables.py --check    # change nothing; exit 1 naming each block that is not what this writes
+
+A block is the lines between `<!-- table:NAME -->` and `<!-- /table:NAME -->`; NAME is a function below
+(`@table`), which reads result files only: no model, no dataset. The prose around a block is written by hand and
+keeps the reasoning; the figures are here. tests/test_docs.py checks that both files are what this writes, so a
+re-saved result names the block to regenerate instead of a sentence to find.
+"""
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import re
+import sys
+from functools import lru_cache
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+RESULTS = REPO / "benchmarks" / "results"
+FILES = (REPO / "BENCHMARKS.md", REPO / "README.md")
+BUDGETS = (250, 500, 1000, 2000)
+TABLES: dict = {}
+MARK = re.compile(r"^<!-- table:([a-z0-9-]+) -->\n(.*?)^<!-- /table:\1 -->\n", re.M | re.S)
+
+
+def table(fn):
+    TABLES[fn.__name__.replace("_", "-")] = fn
+    return fn
+
+
+# ---- readers ----------------------------------------------------------------------------------------------------
+
+@lru_cache(maxsize=None)
+def load(name: str) -> dict:
+    return json.loads((RESULTS / name).read_text())
+
+
+@lru_cache(maxsize=None)
+def records(name: str) -> tuple:
+    with gzip.open(RESULTS / name, "rt") as f:
+        return tuple(json.loads(line) for line in f if line.strip())
+
+
+def pct(mean: float) -> str:
+    """A pooled share as the evaluators' Markdown shows it: rounded to 4 places, then x100 to one decimal."""
+    return f"{100 * round(mean, 4):.1f}"
+
+
+def mean_pct(xs) -> str:
+    xs = list(xs)
+    return pct(sum(xs) / len(xs))
+
+
+def recall(name: str, mode: str, budget: int, conversations: tuple = ()) -> str:
+    return mean_pct(r["recall"][f"budget={budget}"] for r in records(name) if r["mode"] == mode
+                    and r["recall"].get(f"budget={budget}") is not None
+                    and (not conversations or r["conversation"] in conversations))
+
+
+def md_cell(name: str, config: str, mode: str, column: str) -> str:
+    """A cell of the first table under '# LoCoMo: config CONFIG (' in a saved Markdown report, brackets dropped."""
+    lines = (RESULTS / name).read_text().splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(f"# LoCoMo: config {config} ("))
+    header = next(line for line in lines[start:] if line.startswith("| mode |"))
+    cols = [c.strip() for c in header.strip("|").split("|")]
+    for line in lines[lines.index(header, start):]:
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if cells[0] == mode:
+            return cells[cols.index(column)].split(" (")[0]
+    raise KeyError(f"{name}: no row {mode!r} under config {config}")
+
+
+def f3(x: float) -> str:
+    """Three decimals, halves rounded up (a saved 0.4105 is 0.411, as the evaluators print it)."""
+    return f"{round(x + 1e-9, 3):.3f}"
+
+
+def seg(name: str, config: str, after: bool = False) -> str:
+    """Pk / WD / F1 of a saved segmentation report, macro-averaged over its per-dialogue rows (with `after`: the
+    held-out DialSeg711 dialogues 554-711), or its 4-decimal summary where it saved no rows."""
+    r = load(name)["configs"][config]
+    rows = r.get("dialogue_rows", [])[553 if after else 0:]
+    if rows:
+        r = {m: sum(d[m] for d in rows) / len(rows) for m in ("pk", "wd", "f1")}
+    elif after:
+        r = r["after_553"]
+    return " / ".join(f3(r[m]) for m in ("pk", "wd", "f1"))
+
+
+def row(*cells, bold: tuple = ()) -> str:
+    """A Markdown row; the cells whose index is in `bold` in bold."""
+    return "| " + " | ".join(f"**{c}**" if i in bold and c != "" else str(c) for i, c in enumerate(cells)) + " |"
+
+
+def head(*names: str) -> list[str]:
+    return ["| " + " | ".join(names) + " |", "|" + "---|" * len(names)]
+
+
+def lme(name: str, mode: str, part: str, key: str) -> str:
+    return f"{load(name)['modes'][mode][part][key]:.1f}"
+
+
+# ---- BENCHMARKS.md -----------------------------------------------------------------------------------------------
+
+TIAGE, DIALSEG = "segmentation-report-tiage_dev.json", "segmentation-report-dialseg711_test.json"
+CE_SWEEP, CE_REPORT = "segmentation-ce-sweep-split.json", "segmentation-report-dialseg711_test-cpu-ce-split.json"
+
+
+@table
+def segmentation() -> list[str]:
+    (ce,) = [r for r in load(CE_SWEEP)["rows"] if r.get("chosen")]
+    rep = load(CE_REPORT)["configs"]["cpu-ce"]
+    out = head("judge (config)", "TIAGE dev Pk / WD / F1", "DialSeg711, all 711", "DialSeg711 554-711 (held out)",
+               "boundaries per DialSeg711 dialogue")
+    out.append(row("the default: continuity cross-encoder, no LLM call (configs/cpu-ce.toml; adapter: TIAGE train + "
+                   "300 LongMemEval dev sessions)", *(" / ".join(f"{ce[d][m]:.3f}" for m in ("pk", "wd", "f1"))
+                                                     for d in ("dev", "dialseg711")),
+                   seg(CE_REPORT, "cpu-ce", after=True), f"{rep['hyp_boundaries_per_dialogue']:.2f}",
+                   bold=(0, 1, 2, 3)))
+    for config, label in (("cpu", "hybrid with content vector, LLM PMI and switch rule (configs/cpu.toml, the default "
+                                  "until 2026-12-05)"), ("cpu-switch", "switch rule only (configs/cpu-switch.toml)"),
+                          ("cpu-minilm", "MiniLM only, no LLM (configs/cpu-minilm.toml)"),
+                          ("cpu:embedding", "embedding, t = 0.275 (`cpu:embedding`)")):
+        out.append(row(label, seg(TIAGE, config), seg(DIALSEG, config), seg(DIALSEG, config, after=True),
+                       f"{load(DIALSEG)['configs'][config]['hyp_boundaries_per_dialogue']:.2f}"))
+    floor = [" / ".join(f3(load(n)['no_boundaries'][m]).replace("0.000", "0") for m in ("pk", "wd", "f1"))
+             for n in (TIAGE, DIALSEG)]
+    out.append(row("no boundaries (measured floor)", *floor, "", "0"))
+    for name, tiage, dialseg in (("CSM", "0.400 / 0.420 / 0.427", "0.278 / 0.302 / 0.610"),
+                                 ("RoBERTa segmenter trained on TIAGE train", "0.265 / 0.287 / 0.572",
+                                  "0.197 / 0.210 / 0.650"),
+                                 ("GPT-4 zero-shot", "0.363 / 0.401 / 0.596", "0.093 / 0.103 / 0.888"),
+                                 ("TextTiling", "0.469 / 0.488 / 0.204", "0.470 / 0.493 / 0.245")):
+        out.append(row(f"*{name} (published; TIAGE test)*", f"*{tiage}*", f"*{dialseg}*", "", ""))
+    return out
+
+
+@table
+def box_sizes() -> list[str]:
+    runs = load("segmentation-locomo-full.json")["runs"]
+    now = load("segmentation-content.json")["configs_now"]
+    sizes = [b["utterances_per_box"] for b in load("locomo-recall-ce-split.json")["builds"].values()]
+    (ce,) = [r for r in load(CE_SWEEP)["rows"] if r.get("chosen")]
+
+    def whole(run):
+        s = runs[run]["messages_per_box"].values()
+        return f"{runs[run]['mean']:.2f} ({min(s):.2f}-{max(s):.2f})"
+
+    out = head("judge (config)", "whole conversations (range)", "first 60 messages of each (the fit's constraint: 4-8)")
+    out.append(row(f"the default: cross-encoder judge (configs/cpu-ce.toml, cap {ce['cap']} cut at the weakest point)",
+                   f"{sum(sizes) / len(sizes):.2f} ({min(sizes):.2f}-{max(sizes):.2f})", f"{ce['locomo60']:.2f}",
+                   bold=(0, 1)))
+    for run, config, label in (("--config cpu", "cpu", "configs/cpu.toml (cap 16)"),
+                               ("--config configs/cpu-switch.toml", "cpu-switch", "switch rule only (configs/cpu-switch.toml)"),
+                               ("--config configs/cpu-minilm.toml", "cpu-minilm", "MiniLM only (configs/cpu-minilm.toml)"),
+                               ("--config cpu --judge embedding", "cpu:embedding", "embedding, t = 0.275, cap 16")):
+        out.append(row(label, whole(run), f"{now[config]['locomo']['mean']:.2f}"))
+    walls = load("locomo-recall-cpu.json")["builds"]
+    per_box = [b["utterances_per_box"] for b in walls.values()]
+    out.append(row("judge of 2026-11-29, in the saved LLM builds that compact below was measured on",
+                   f"{sum(per_box) / len(per_box):.2f} ({min(per_box):.2f}-{max(per_box):.2f})", ""))
+    out.append(row("*Membox paper, GPT-4o-mini (published)*", "*4.9-6.6*", ""))
+    return out
+
+
+LEXICAL, CE_RECALL, RECALL_MD = "lexical-fit-locomo.json", "locomo-recall-ce-split.json", "boxaware-recall-full-cpu.md"
+
+
+@table
+def evidence_recall() -> list[str]:
+    lex = load(LEXICAL)["recall"]
+    ce = load(CE_RECALL)["modes"]["box-hits"]["recall"]
+    out = head("mode", "boxes", "250 tokens", "500", "1000", "2000", "measured")
+    out.append(row("box-hits + BM25 (default)", "the default judge, cpu-ce", *(f"{lex['w=0.3'][str(b)]:.1f}" for b in BUDGETS),
+                   load(LEXICAL)["date"], bold=tuple(range(6))))
+    out.append(row("box-hits, BM25 alone", "cpu-ce", *(f"{lex['bm25'][str(b)]:.1f}" for b in BUDGETS), load(LEXICAL)["date"]))
+    out.append(row("box-hits, cosine alone (the default before)", "cpu-ce", *(pct(ce[f"budget={b}"]) for b in BUDGETS),
+                   "2026-12-05"))
+    for mode, label, boxes in (("box-hits", "box-hits, cosine alone", "cpu.toml's judge"), ("chunk-rag", "chunk-rag", "(none)"),
+                               ("turn-rag", "turn-rag", "(none)")):
+        out.append(row(label, boxes, *(md_cell(RECALL_MD, "cpu", mode, f"budget={b}") for b in BUDGETS), "2026-12-02"))
+    for mode, label, boxes in (("compact", "compact (the paper's mode)", "LLM builds, judge of 2026-11-29"),
+                               ("full-context", "full-context", "(none)")):
+        out.append(row(label, boxes, *(recall("locomo-recall-cpu.jsonl.gz", mode, b) for b in BUDGETS), "2026-11-30"))
+    return out
+
+
+ANSWERS, DATES_OFF = "answer-models.jsonl.gz", "answer-dates-off.jsonl.gz"
+MODELS = (("qwen2.5-coder-0.5b", "Qwen2.5-Coder-0.5B (the answering model before)"),
+          ("qwen2.5-coder-1.5b", "Qwen2.5-Coder-1.5B (the CPU default)"))
+SCORERS = ("locomo_f1", "mem0_f1", "mem0_bleu1", "membox_f1")
+
+
+def answers(name: str, model: str, category: int = 0) -> list[dict]:
+    return [r for r in records(name) if r["answerer"] == model and r.get("scores")
+            and (not category or r["category"] == category)]
+
+
+@table
+def qa_models() -> list[str]:
+    out = head("answering model", "questions", "locomo F1", "mem0 F1", "mem0 BLEU-1", "membox F1", "s per answer")
+    secs = {m: sum(r["answer_s"] for r in answers(ANSWERS, m)) / len(answers(ANSWERS, m)) for m, _ in MODELS}
+    for model, label in MODELS:
+        rs = answers(ANSWERS, model)
+        s = f"{secs[model]:.1f}" + (f" ({secs[model] / secs[MODELS[0][0]]:.1f}x)" if model != MODELS[0][0] else "")
+        out.append(row(label, len(rs), *(mean_pct(r["scores"][k] for r in rs) for k in SCORERS), s,
+                       bold=(0, 2, 3, 4, 5) if model == MODELS[1][0] else ()))
+    out.append(row("*Qwen2.5-1.5B answering, published (A-Mem, SimpleMem papers): full context / A-Mem / Mem0 / "
+                   "SimpleMem*", "", "*8.6 / 20.7 / 23.8 / 25.2*", "", "", "", ""))
+    return out
+
+
+@table
+def qa_categories() -> list[str]:
+    def cell(name, model, category):
+        rs = answers(name, model, category)
+        return " / ".join(mean_pct(r["scores"][k] for r in rs) for k in ("locomo_f1", "mem0_f1", "membox_f1"))
+
+    counts = [len(answers(ANSWERS, MODELS[1][0], c)) for c in (1, 2, 3, 4)]
+    off = len(answers(DATES_OFF, MODELS[1][0], 2))
+    out = head("answering model", *(f"{c} {n} ({k})" for c, n, k in zip((1, 2, 3, 4), ("multi-hop", "temporal",
+               "open-domain", "single-hop"), counts)), f"2 temporal ({off}), dates as said")
+    for model, label in MODELS:
+        out.append(row(label.split(" (")[0], *(cell(ANSWERS, model, c) for c in (1, 2, 3, 4)), cell(DATES_OFF, model, 2),
+                       bold=(0, 1, 2, 3, 4) if model == MODELS[1][0] else ()))
+    return out
+
+
+BUDGET_ARMS = (("box-hits@1000", "box-hits, 1000 tokens (the default budget now; before 1500)"),
+               ("box-hits@500", "box-hits, 500 tokens"),
+               ("box-hits-said@500", "box-hits-said, 500 tokens (each line followed by its events)"),
+               ("box-hits-said:lines@500", "box-hits-said, 500 tokens, the events made from the lines (the default records)"),
+               ("box-hits-events:lines@1000", "box-hits-events, 1000 tokens (those events as keys to their lines, weight 0.25)"),
+               ("turn-rag@1000", "turn-rag, its ten best turns"))
+
+
+@table
+def qa_budget() -> list[str]:
+    arms = load("locomo-qa-budgets.json")["arms"]
+    out = head("arm", "questions", "locomo F1", "mem0 F1", "BLEU-1", "evidence in context", "tokens", "s per answer")
+    for arm, label in BUDGET_ARMS:
+        a = arms[arm]
+        out.append(row(label, a["questions"], a["locomo_f1"], a["mem0_f1"], a["mem0_bleu1"], a["qa_recall"],
+                       a["context_tokens"], a["answer_s"], bold=(0, 2, 3, 4) if arm == "box-hits@1000" else ()))
+    return out
+
+
+@table
+def qa_latency() -> list[str]:
+    phases = {(p["budget"], p["mode"]): p for p in load("answer-latency.json")["phases"]}
+    budgets = load("answer-latency.json")["budgets"]
+    out = head("p50 s per answer (alone)", *(f"{b} tokens" for b in budgets))
+    for mode, label in (("warm", "warm (`membox serve`, POST /answer)"), ("cold", "cold (`membox ask`, a new process)")):
+        out.append(row(label, *(f"{phases[(b, mode)]['p50_s']:.1f}" for b in budgets)))
+    return out
+
+
+RECORD_ROWS = (("qwen2.5-coder-0.5b+lines", "0.5B: made from the lines by code (the default)"),
+               ("qwen2.5-coder-0.5b", "Qwen2.5-Coder-0.5B: written, citing a line"),
+               ("qwen2.5-coder-1.5b", "Qwen2.5-Coder-1.5B: written, citing a line"))
+
+
+@table
+def records_check() -> list[str]:
+    rows = load("records-check.json")["rows"]
+    out = head("build model: events", "events per box (LoCoMo / demo)", "wrong person, hand check (LoCoMo / demo)",
+               "grounded in its cited line alone", "names no participant", "s per box")
+    for key, label in RECORD_ROWS:
+        lo, de = rows[f"{key} / locomo"], rows[f"{key} / demo"]
+        wrong = (f"{lo['wrong_person']} of {lo['events']} ({100 * lo['wrong_person_share']:.1f}%) / "
+                 f"{de['wrong_person']} of {de['events']}")
+        out.append(row(label if "+" not in key else f"**{label}**", f"{lo['events_per_box']:.2f} / {de['events_per_box']:.1f}",
+                       f"**{wrong}**" if "+" in key else wrong,
+                       f"{100 * lo['grounded_in_cited_line']:.0f}% / {100 * de['grounded_in_cited_line']:.0f}%",
+                       f"{100 * lo['names_no_participant'] / lo['events']:.0f}% / "
+                       f"{100 * de['names_no_participant'] / de['events']:.0f}%", f"{lo['s_per_box']:.1f}"))
+    return out
+
+
+def speed_cells(r: dict, side: str) -> list[str]:
+    """Seconds, s per message, prompt tokens per message by stage, all sent (read), calls per message."""
+    pm = r["per_message"][side]
+
+    def stage(s):
+        st = pm.get(s, {})
+        if not st.get("prompt_tokens"):
+            return "0"
+        gen = f" + {st['completion_tokens']:.1f}" if st.get("completion_tokens") else ""
+        return f"{st['prompt_tokens']:.1f}{gen}"
+
+    s = r[f"{side}_s"]
+    return [f"{s:,.0f}", f"{s / r['messages']:.2f}", " / ".join(stage(k) for k in ("judge", "extract", "link", "trace-init")),
+            f"{pm['all']['prompt_tokens']:.1f} ({pm['all']['read_tokens']:.1f})", f"{pm['all']['calls']:.2f}"]
+
+
+@table
+def build_speed() -> list[str]:
+    out = head("conversation: config", "s", "s per message",
+               "LLM prompt tokens per message: judge / extract / link / trace-init", "all: sent (read)", "calls per message")
+    ratios = []
+    for conv in ("conv26", "conv30"):
+        r = load(f"build-speed-split-{conv}.json")["rows"][0]
+        name = r["conversation"]
+        out.append(row(f"{name} ({r['messages']} messages): cpu (LLM judge)", *speed_cells(r, "before")))
+        out.append(row(f"{name}: **cpu-ce**", *(f"**{c}**" if i in (0, 1, 3) else c
+                                                 for i, c in enumerate(speed_cells(r, "after")))))
+        ratios.append(r)
+    lines = load("build-speed-lines-conv30.json")["rows"][0]
+    out.append(row("conv-30: cpu-ce, records citing lines, written by the 0.5B (2026-12-06)", *speed_cells(lines, "before")))
+    out.append(row("conv-30: **cpu-ce, events made from the lines (the default)**, same run",
+                   *(f"**{c}**" if i in (0, 1) else c for i, c in enumerate(speed_cells(lines, "after")))))
+    sent = [r["per_message"]["before"]["all"]["prompt_tokens"] / r["per_message"]["after"]["all"]["prompt_tokens"]
+            for r in ratios]
+    out.append(row("ratio, conv-26 / conv-30", " / ".join(f"{r['ratio']:.2f}x" for r in ratios), "", "",
+                   " / ".join(f"{s:.1f}x" for s in sent) + " fewer sent", "", bold=(1,)))
+    out.append(row("*Membox paper, GPT-4o-mini: construction tokens per message (Table 5, published)*", "", "", "", "*236*",
+                   ""))
+    return out
+
+
+LME_RECALL, LME_QA98 = "longmemeval-retrieval-dev.json", "longmemeval-qa-dev98.json"
+LME_GUARD, LME_ORACLE = "longmemeval-qa-dev98-guard.json", "longmemeval-qa-oracle-dev98.json"
+
+
+@table
+def longmemeval_retrieval() -> list[str]:
+    keys = ("session_any@5", "session_ndcg@10", "turn_any@5", "turn_all@10", "recall@500", "recall@1000", "recall@2000")
+    out = head("mode", "session any@5", "session NDCG@10", "turn any@5", "turn all@10", "turns at 500 tokens", "1000",
+               "2000")
+    for mode, label in (("box-hits", "**box-hits**"), ("box-hits:no-length-cost",
+                        "box-hits without the length penalty (ablation)"),
+                        ("turn-rag:length-cost", "turn-rag with box-hits' length penalty (ablation)"),
+                        ("turn-rag", "turn-rag"), ("chunk-rag", "chunk-rag"),
+                        ("session-rag", "session-rag (whole sessions)"), ("full-context", "full-context (the newest turns)")):
+        out.append(row(label, *(lme(LME_RECALL, mode, "retrieval", k) for k in keys)))
+    out.append(row("*published, all-MiniLM-L6-v2: agentmemory BM25 + vector / MemPalace raw vectors (session any@5)*",
+                   "*95.2 / 96.6*", "", "", "", "", "", ""))
+    return out
+
+
+def lme_qa_row(name: str, mode: str) -> list:
+    qa = load(name)["modes"][mode]["qa"]
+    recs = [r for r in records(name.replace(".json", ".jsonl.gz")) if r["mode"] == mode]
+    said = int(sum(r["abstained"] for r in recs if r["abstention"]))
+    false = int(sum(r["abstained"] for r in recs if not r["abstention"]))
+    return [lme(name, mode, "qa", "judge"), lme(name, mode, "qa", "right"),
+            f"{qa['by_type']['temporal-reasoning']['judge']:.1f}", f"{qa['by_type']['multi-session']['judge']:.1f}",
+            said, false, f"{qa['judge_agreement']:.1f}"]
+
+
+@table
+def longmemeval_qa() -> list[str]:
+    out = head("mode", "judged right", "deterministic check", "temporal", "multi-session", "abstention said (of 5)",
+               "false abstention (of 93)", "judge agreement")
+    out.append(row("box-hits", *lme_qa_row(LME_QA98, "box-hits"), bold=(0, 1, 2)))
+    out.append(row("turn-rag", *lme_qa_row(LME_QA98, "turn-rag")))
+    out.append(row("full-context", *lme_qa_row(LME_QA98, "full-context")))
+    out.append(row("box-hits with the unmentioned-term guard (`--set answer.check_terms=true`)",
+                   *lme_qa_row(LME_GUARD, "box-hits")))
+    out.append(row(f"box-hits on the evidence sessions alone (the oracle setting: "
+                   f"{lme(LME_ORACLE, 'box-hits', 'retrieval', 'recall@1000')}% of the evidence turns shown)",
+                   *lme_qa_row(LME_ORACLE, "box-hits")))
+    out.append(row("*published, GPT-4o answering and judging: full context (LongMemEval paper) / Zep*", "*60.6 / 71.2*",
+                   "", "", "", "", "", ""))
+    return out
+
+
+EW_RECALL, TWO = "eventweave-recall.jsonl.gz", ("conv-26", "conv-30")
+
+
+@table
+def eventweave_recall() -> list[str]:
+    out = head("mode", "questions", "250 tokens", "500", "1000", "2000")
+    n = len([r for r in records(EW_RECALL) if r["mode"] == "box-hits" and r["recall"].get("budget=1000") is not None])
+    for mode, label in (("event-graph", "event-graph"), ("event-graph-boxes", "event-graph-boxes (events pull in their boxes)"),
+                        ("box-hits", "box-hits (the default)"), ("chunk-rag", "chunk-rag"), ("turn-rag", "turn-rag")):
+        out.append(row(label, n, *(recall(EW_RECALL, mode, b) for b in BUDGETS),
+                       bold=(0, 2, 3, 4, 5) if mode == "box-hits" else ()))
+    out.append(row("compact", n, *(recall("locomo-recall-cpu.jsonl.gz", "compact", b, TWO) for b in BUDGETS)))
+    return out
+
+
+@table
+def eventweave_qa() -> list[str]:
+    box = [r for r in answers(ANSWERS, MODELS[1][0], 2) if r["conversation"] in TWO]
+    ew = [r for r in records("eventweave-qa.jsonl.gz") if r["mode"] == "event-graph"]
+    out = head("mode", "questions", "locomo F1", "mem0 F1", "mem0 BLEU-1", "membox F1")
+    out.append(row("box-hits (the default)", len(box), *(mean_pct(r["scores"][k] for r in box) for k in SCORERS)))
+    out.append(row("event-graph", len(ew), *(mean_pct(r["scores"][k] for r in ew) for k in SCORERS), bold=(0, 2, 3, 4, 5)))
+    return out
+
+
+PEERS = (("membox", "membox_local (the default)"), ("mem0", "mem0ai 2.2.1"), ("amem", "A-Mem (a-mem 0.2.6)"))
+
+
+def peers_rows() -> dict:
+    """The saved peers runs pooled as `python -m benchmarks.peers report` pools them."""
+    if str(REPO) not in sys.path:
+        sys.path.insert(0, str(REPO))
+    from benchmarks.peers import report
+
+    return report.summarise(report.merge([load(n) for n in ("peers-conv26-s2.json", "peers-conv30-s2.json")]))
+
+
+@table
+def peers() -> list[str]:
+    rows = peers_rows()
+    out = head("system", "build s per message", "LLM calls / prompt / generated tokens per message", "LoCoMo F1",
+               "mem0 F1", "BLEU-1", "F1 multi-hop / temporal / open / single-hop", "s per answer")
+    for system, label in PEERS:
+        r = rows[system]
+        build = f"{r['build_s_per_message']:.2f}"
+        if system == "mem0":
+            build += f" ({r['build_s_per_message'] / rows['membox']['build_s_per_message']:.0f}x)"
+        out.append(row(label, build, f"{r['llm_calls_per_message']:.2f} / {r['prompt_tokens_per_message']:,.0f} / "
+                       f"{r['completion_tokens_per_message']:.1f}",
+                       *(f"{100 * r[m]:.1f}" for m in ("locomo_f1", "mem0_f1", "mem0_bleu1")),
+                       " / ".join(f"{100 * r['by_category'][c]['locomo_f1']:.1f}" for c in (1, 2, 3, 4)),
+                       f"{r['answer_s']:.2f}", bold=(0, 1, 3, 4, 5) if system == "membox" else ()))
+    return out
+
+
+def soak_cells(name: str, kind: str) -> list[str]:
+    r = load(name)["results"][kind]
+    s = r["routes"]["search"]
+    return [f"{r['server_errors']} / {r['tracebacks']}", f"{r['accepted']:,} ({r['messages_filed']:,} filed)",
+            f"{s['p50_s']:.2f} / {s['p95_s']:.2f}", f"{r['growth_beyond_data_mb']:+.1f}",
+            f"{r['rss']['trend_mb']:+.1f}", f"{r['rss']['max_mb'] - r['rss']['warm_mb']:.0f}"]
+
+
+@table
+def soak() -> list[str]:
+    out = head("run (8 clients, LoCoMo dev's lines, alone)", "5xx / tracebacks", "adds, each stored once",
+               "search p50 / p95 s", "MB after the first minute beyond the indexes", "last minute's median against the "
+               "first's, MB", "largest sample above the first, MB")
+    for name, kind, label in (("soak-cpu-fast.json", "serve", "REST, cpu-fast, 10 min"),
+                              ("soak-cpu-fast-30min.json", "serve", "REST, cpu-fast, 30 min"),
+                              ("soak-mcp-cpu-fast.json", "mcp", "MCP, cpu-fast, 3 min"),
+                              ("soak-cpu-ce.json", "serve", "REST, the CPU default (cpu-ce: 0.5B files, 1.5B answers), 10 min")):
+        out.append(row(label, *soak_cells(name, kind)))
+    return out
+
+
+@table
+def reliability() -> list[str]:
+    c, f = load("crash-harness.json"), load("fuzz.json")["totals"]
+    out = head("question", "harness", "result")
+    out.append(row("crash: SIGKILL at random and phase-aimed points, then resume; "
+                   f"{c['settings']['messages']} messages, {c['settings']['conversations']} conversations, test doubles",
+                   f"`python benchmarks/crash_harness.py --kills {c['kills']} --seed {c['settings']['seed']}`",
+                   f"**{c['kills']} kills: {c['lost']} lost, {c['doubled']} doubled, {c['inconsistent']} inconsistent** "
+                   f"({c['checks']} checks); {c['final_equal']}/{c['runs']} finished builds equal to an uninterrupted one"))
+    out.append(row("bad input: readers, damaged files, `membox build`/`ask`, `Memory.add`, questions, configs (hypothesis)",
+                   "`python benchmarks/fuzz.py`", f"**{f['cases']:,} cases: {f['tracebacks']} tracebacks, "
+                   f"{f['store_changed']} refused inputs that changed a store**"))
+    out.append(row("forgetting: a marker string in every file of the folder (db, WAL, indexes, caches)",
+                   "`pytest tests/test_forget.py`", "found before, **0 times after**"))
+    out.append(row("network on the default path (build, ask, show, forget), sockets blocked", "`pytest tests/test_offline.py`",
+                   "**0 attempts**"))
+    out.append(row("model failures (raises, unparsable, timeout, missing or broken model)",
+                   "`pytest tests/test_model_checks.py`", "**0 silent**: each box failed with its reason, or one line "
+                   "before filing"))
+    return out
+
+
+# ---- README.md ---------------------------------------------------------------------------------------------------
+
+@table
+def fresh_clone() -> list[str]:
+    """benchmarks/fresh_clone.sh's steps: seconds, exit status, the load before, pytest's summaries."""
+    got = load("fresh-clone.json")
+    m = got["machine"]
+    out = head(f"step (fresh clone of {got['commit']}, {got['date']}, {m['cores']} cores, {m['cpu']}, no pip cache)",
+               "seconds", "exit status", "load before", "tests")
+    for st in got["steps"]:
+        out.append(row(f"`{st['command']}` ({st['step']})", st["seconds"], st["rc"], st["load_before"],
+                       "; ".join(t.split(" in ")[0] for t in st["tests"])))
+    return out
+
+
+@table
+def headline() -> list[str]:
+    (ce,) = [r for r in load(CE_SWEEP)["rows"] if r.get("chosen")]
+    lex, ce_rec = load(LEXICAL)["recall"], load(CE_RECALL)["modes"]["box-hits"]["recall"]
+    qa = {m: mean_pct(r["scores"]["locomo_f1"] for r in answers(ANSWERS, m)) for m, _ in MODELS}
+    arms, t233 = load("locomo-qa-budgets.json")["arms"], load("locomo-qa-233.json")["arms"]["box-hits@1000"]
+    phases = {(p["budget"], p["mode"]): p["p50_s"] for p in load("answer-latency.json")["phases"]}
+    p = peers_rows()
+    rec = load("records-check.json")["rows"]
+    lines = load("build-speed-lines-conv30.json")["rows"][0]
+    split = load("build-speed-split-conv30.json")["rows"][0]
+    box = [r for r in answers(ANSWERS, MODELS[1][0], 2) if r["conversation"] in TWO]
+    ew = [r for r in records("eventweave-qa.jsonl.gz") if r["mode"] == "event-graph"]
+    bench = "BENCHMARKS.md#"
+    out = head("question", "figure")
+    out.append(row(f"[Topic segmentation]({bench}topic-segmentation-tiage-dev-dialseg711), TIAGE dev Pk / WD / F1",
+                   " / ".join(f"{ce['dev'][m]:.3f}" for m in ("pk", "wd", "f1")) + f" (cpu.toml, the LLM-read judge "
+                   f"before: {seg(TIAGE, 'cpu')}; *published RoBERTa segmenter trained on TIAGE: 0.265 / 0.287 / 0.572*)"))
+    out.append(row(f"[Evidence recall]({bench}evidence-recall-locomo) at 1000 context tokens, LoCoMo",
+                   f"box-hits {lex['w=0.3']['1000']:.1f}% (cosine alone, the default before: {pct(ce_rec['budget=1000'])}%; "
+                   f"on cpu.toml's boxes {md_cell(RECALL_MD, 'cpu', 'box-hits', 'budget=1000')}%), chunk-rag "
+                   f"{md_cell(RECALL_MD, 'cpu', 'chunk-rag', 'budget=1000')}%, turn-rag "
+                   f"{md_cell(RECALL_MD, 'cpu', 'turn-rag', 'budget=1000')}%"))
+    out.append(row(f"[QA]({bench}qa-the-answering-model-locomo-f1-three-scorers), LoCoMo F1, Qwen2.5-Coder-1.5B answering",
+                   f"{qa[MODELS[1][0]]} on cpu.toml's boxes (0.5B: {qa[MODELS[0][0]]}; *published, Qwen2.5-1.5B with "
+                   f"Mem0: 23.8*); with BM25 (the default), {t233['questions']} questions at 1000 tokens: "
+                   f"{t233['locomo_f1']}; {arms['box-hits@1000']['questions']} of them: {arms['box-hits@1000']['locomo_f1']}"
+                   f" against turn-rag's ten best turns {arms['turn-rag@1000']['locomo_f1']}; an answer takes "
+                   f"{phases[(1000, 'warm')]:.1f} s warm, {phases[(1000, 'cold')]:.1f} s cold (p50, alone)"))
+    out.append(row(f"[Peers on the same models]({bench}peers-on-the-same-models-mem0-a-mem-two-slices), LoCoMo conv-26 "
+                   "and conv-30, sessions 1-2 of each",
+                   f"LoCoMo F1 {100 * p['membox']['locomo_f1']:.1f} against mem0's {100 * p['mem0']['locomo_f1']:.1f} and "
+                   f"A-Mem's {100 * p['amem']['locomo_f1']:.1f}, building in {p['membox']['build_s_per_message']:.2f} s per "
+                   f"message against {p['mem0']['build_s_per_message']:.2f} and {p['amem']['build_s_per_message']:.2f}, "
+                   "same models (small slices: [docs](docs/peers.md))"))
+    lo = {k: rec[f"{k} / locomo"] for k, _ in RECORD_ROWS}
+    out.append(row(f"[Records]({bench}records-who-did-what-read-by-hand), 30 LoCoMo dev boxes and the demo's read by hand",
+                   f"every event cites its message; events naming the wrong person: "
+                   f"{100 * lo['qwen2.5-coder-0.5b+lines']['wrong_person_share']:.1f}% with the default (events made "
+                   f"from the lines by code), {100 * lo['qwen2.5-coder-0.5b']['wrong_person_share']:.1f}% / "
+                   f"{100 * lo['qwen2.5-coder-1.5b']['wrong_person_share']:.1f}% with events the 0.5B / 1.5B writes "
+                   "([docs](docs/records.md))"))
+    out.append(row(f"[Build speed and cost]({bench}build-speed-seconds-and-llm-tokens-per-message-side-by-side), LoCoMo "
+                   "conv-30 whole", f"the default (configs/cpu-ce.toml): {lines['after_s'] / lines['messages']:.2f} s per "
+                   f"message ({lines['before_s'] / lines['messages']:.2f} s with events the model writes, side by side), "
+                   f"against {split['before_s'] / split['messages']:.2f} s with cpu.toml (the LLM judges every message)"))
+    out.append(row(f"[EventWeave]({bench}eventweave-the-event-graph), LoCoMo conv-26 and conv-30",
+                   f"temporal questions, F1 with Qwen2.5-Coder-1.5B answering: event graph "
+                   f"{mean_pct(r['scores']['locomo_f1'] for r in ew)}, box-hits {mean_pct(r['scores']['locomo_f1'] for r in box)}"
+                   f" ({len(box)} questions); evidence recall at 1000 tokens: event graph {recall(EW_RECALL, 'event-graph', 1000)}%,"
+                   f" box-hits {recall(EW_RECALL, 'box-hits', 1000)}%"))
+    out.append(row(f"[LongMemEval]({bench}longmemeval-user-and-assistant-histories-dev-slice), user-and-assistant histories",
+                   f"evidence turns at 1000 tokens: box-hits {lme(LME_RECALL, 'box-hits', 'retrieval', 'recall@1000')}%, "
+                   f"turn-rag {lme(LME_RECALL, 'turn-rag', 'retrieval', 'recall@1000')}%; QA on all "
+                   f"{load(LME_QA98)['questions']}, judged right by the 1.5B model: box-hits "
+                   f"{lme(LME_QA98, 'box-hits', 'qa', 'judge')}%, turn-rag {lme(LME_QA98, 'turn-rag', 'qa', 'judge')}%, "
+                   f"full context {lme(LME_QA98, 'full-context', 'qa', 'judge')}%; with only the evidence sessions "
+                   f"{lme(LME_ORACLE, 'box-hits', 'qa', 'judge')}%: the answering model, not retrieval, sets the limit "
+                   "([docs](docs/longmemeval.md))"))
+    return out
+
+
+# ---- the writer --------------------------------------------------------------------------------------------------
+
+def render(text: str) -> str:
+    """`text` with every marked block replaced by what its function writes; an unknown block name raises."""
+    def block(m: re.Match) -> str:
+        name = m.group(1)
+        if name not in TABLES:
+            raise KeyError(f"no table function for block {name!r} (benchmarks/tables.py)")
+        return f"<!-- table:{name} -->\n" + "\n".join(TABLES[name]()) + f"\n<!-- /table:{name} -->\n"
+    return MARK.sub(block, text)
+
+
+def blocks(text: str) -> list[str]:
+    return [m.group(1) for m in MARK.finditer(text)]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--check", action="store_true", help="change nothing; exit 1 if a block is not what this writes")
+    args = ap.parse_args(argv)
+    stale = []
+    for path in FILES:
+        text = path.read_text()
+        new = render(text)
+        if new != text:
+            stale += [f"{path.name}: {n}" for n in blocks(text) if render_one(text, n) != block_text(text, n)]
+            if not args.check:
+                path.write_text(new)
+    if stale:
+        print(("stale: " if args.check else "rewritten: ") + ", ".join(stale), file=sys.stderr if args.check else sys.stdout)
+    return 1 if stale and args.check else 0
+
+
+def block_text(text: str, name: str) -> str:
+    return next(m.group(2) for m in MARK.finditer(text) if m.group(1) == name)
+
+
+def render_one(text: str, name: str) -> str:
+    return "\n".join(TABLES[name]()) + "\n"
+
+
+if __name__ == "__main__":
+    sys.exit(main())
