@@ -1,8 +1,7 @@
-"""Measure the continuity judges on human topic boundaries (TIAGE, DialSeg711) and LoCoMo box sizes.
+"""LoCoMo box sizes of each continuity judge, and the judges' seconds per message (the fitted upper bound and
+the per-feature AUC are retired: docs/experiments.md).
 
     python benchmarks/segmentation.py locomo --config cpu [--judge NAME] [--set loom.key=value ...]
-    python benchmarks/segmentation.py ceiling  # upper bound: the hybrid fitted on DialSeg711 itself
-    python benchmarks/segmentation.py auc      # teacher-forced ROC AUC of each feature
     python benchmarks/segmentation.py speed --also CONFIG.toml ...   # seconds per message, side by side
 
 The fits themselves (thresholds, weights, the content vector) are `membox fit ...` (membox_local/fit/), whose
@@ -22,13 +21,11 @@ from pathlib import Path
 import numpy as np
 
 from membox_local.backends.base import ScoreRequest
-from membox_local.config import FEATURES, load_config
+from membox_local.config import load_config
 from membox_local.embed import make_embedder
 from membox_local.evaluation.segmentation import box_sizes, evaluate, load_dialogues, run_segmenter
 from membox_local.fit.cache import LookupEmbedder, ScoreCache, precompute_scores, score_cache_path
 from membox_local.fit.data import sessions_of
-from membox_local.fit.logistic import FEATURE_SETS, fit_logistic, teacher_forced
-from membox_local.fit.measure import objective, run, with_loom
 
 REPO = Path(__file__).resolve().parent.parent
 RUNS = REPO / "runs" / "segmentation"
@@ -64,74 +61,6 @@ def cmd_speed(args) -> int:
     RUNS.mkdir(parents=True, exist_ok=True)
     (RUNS / "speed.json").write_text(json.dumps(out, indent=2) + "\n")
     print(json.dumps(out, indent=2))
-    return 0
-
-
-def cmd_auc(args) -> int:
-    """How well each single feature ranks continuing turns above boundary turns (ROC AUC, teacher-forced
-    states: the open box is the reference segment so far; 0.5 = no signal), on TIAGE dev and DialSeg711.
-    Uses the scores cached by `membox fit hybrid` (computes any missing). Results: runs/segmentation/auc.json."""
-    from sklearn.metrics import roc_auc_score
-
-    seg = Path(args.data_dir) / "segmentation"
-    cfg = load_config(args.config)
-    sets = {"tiage_dev": load_dialogues(seg / "tiage_dev.json"),
-            "dialseg711": load_dialogues(seg / "dialseg711_test.json", args.dialseg_limit)}
-    emb = LookupEmbedder(cfg, [m.text for ds in sets.values() for d in ds for m in d.messages], RUNS / "vectors.npz")
-    scorer = ScoreCache(cfg, score_cache_path(cfg, CACHE))
-    out = {"date": time.strftime("%Y-%m-%d"), "command": "python benchmarks/segmentation.py " + " ".join(sys.argv[1:]),
-           "dialogues": {k: len(v) for k, v in sets.items()}, "auc": {}}
-    for name, dls in sets.items():
-        out.setdefault("question_share", {})[name] = round(float(np.mean(["?" in m.text for d in dls
-                                                                           for m in d.messages])), 3)
-        X, y = teacher_forced(dls, emb, cfg.loom, 2, scorer)
-        out["auc"][name] = {f: round(float(roc_auc_score(y, X[:, i])), 3) for i, f in enumerate(FEATURES)
-                            if f != "speaker_change"}
-        for f in ("lm_pmi", "lm_pmi_conv"):
-            v = X[:, FEATURES.index(f)]
-            # lm_pmi_conv is exactly 0 (neutral) until a conversation has three earlier PMIs: those turns left out
-            keep = v != 0 if f == "lm_pmi_conv" else np.ones(len(v), bool)
-            out.setdefault(f"median_{f}", {})[name] = {
-                "continuing": round(float(np.median(v[keep & (y == 1)])), 2),
-                "boundary": round(float(np.median(v[keep & (y == 0)])), 2), "turns": int(keep.sum())}
-    lines = ["| feature | " + " | ".join(f"{k} ({n} dialogues)" for k, n in out["dialogues"].items()) + " |",
-             "|---|" + "---|" * len(sets)]
-    for f in out["auc"]["tiage_dev"]:
-        lines.append(f"| {f} | " + " | ".join(f"{out['auc'][k][f]:.3f}" for k in sets) + " |")
-    RUNS.mkdir(parents=True, exist_ok=True)
-    lines.append("")
-    lines += [f"median {f}, {k}: continuing {v['continuing']}, boundary {v['boundary']} ({v['turns']} turns)"
-              for f in ("lm_pmi", "lm_pmi_conv") for k, v in out[f"median_{f}"].items()]
-    lines += [f"share of turns with a '?', {k}: {v}" for k, v in out["question_share"].items()]
-    (RUNS / "auc.json").write_text(json.dumps(out, indent=2) + "\n")
-    print("\n".join(lines))
-    return 0
-
-
-def cmd_ceiling(args) -> int:
-    """An upper bound, not a judge: the hybrid fitted on DialSeg711 itself (teacher-forced weights, bias offset
-    swept on DialSeg711). If even this misses a published DialSeg711 result, no judge fitted on TIAGE with
-    these features can reach it. Results: runs/segmentation/ceiling.json."""
-    data = Path(args.data_dir) / "segmentation"
-    test = load_dialogues(data / "dialseg711_test.json", args.dialseg_limit)
-    dev = load_dialogues(data / "tiage_dev.json")
-    cfg = load_config(args.config)
-    emb = LookupEmbedder(cfg, [m.text for ds in (test, dev) for d in ds for m in d.messages], RUNS / "vectors.npz")
-    X, y = teacher_forced(test, emb, cfg.loom, 2)
-    out = {"date": time.strftime("%Y-%m-%d"), "command": "python benchmarks/segmentation.py " + " ".join(sys.argv[1:]),
-           "fitted_on": "dialseg711 (oracle: test data, an upper bound only)", "rows": []}
-    for fs, names in FEATURE_SETS.items():
-        weights, bias = fit_logistic(X, y, names)
-        offsets = np.round(np.arange(-2.0, 2.01, 0.25), 2)
-        best = max(offsets, key=lambda o: objective(run(with_loom(cfg, judge="hybrid", weights=weights,
-                                                                 bias=bias + float(o)), test, emb)))
-        c = with_loom(cfg, judge="hybrid", weights=weights, bias=round(bias + float(best), 4))
-        row = {"features": fs, "dialseg711": run(c, test, emb), "tiage_dev": run(c, dev, emb)}
-        out["rows"].append(row)
-        print(f"oracle hybrid {fs:16s} DialSeg711 " + "/".join(f"{row['dialseg711'][m]:.3f}" for m in ("pk", "wd", "f1"))
-              + " | TIAGE dev " + "/".join(f"{row['tiage_dev'][m]:.3f}" for m in ("pk", "wd", "f1")), file=sys.stderr)
-    RUNS.mkdir(parents=True, exist_ok=True)
-    (RUNS / "ceiling.json").write_text(json.dumps(out, indent=2) + "\n")
     return 0
 
 
@@ -177,10 +106,6 @@ def main() -> int:
     lo.add_argument("--set", action="append")
     lo.add_argument("--limit", type=int, help="only the first N messages of each conversation")
     lo.set_defaults(func=cmd_locomo)
-    ce = sub.add_parser("ceiling", help="upper bound: the hybrid fitted on DialSeg711 itself (analysis only)")
-    ce.add_argument("--config", default="cpu")
-    ce.add_argument("--dialseg-limit", type=int, help="only the first N DialSeg711 dialogues")
-    ce.set_defaults(func=cmd_ceiling)
     sp = sub.add_parser("speed", help="seconds per message of each judge, side by side (real models, no caches)")
     sp.add_argument("--config", default="cpu")
     sp.add_argument("--limit", type=int, default=5, help="first N TIAGE-dev dialogues")
@@ -188,10 +113,6 @@ def main() -> int:
                     help="also time the judge of this config file (repeatable)")
     sp.add_argument("--llm-judges", nargs="*", default=["llm-logprob"], help="LLM label judges to time")
     sp.set_defaults(func=cmd_speed)
-    au = sub.add_parser("auc", help="ROC AUC of each single feature, teacher-forced (TIAGE dev, DialSeg711)")
-    au.add_argument("--config", default="cpu")
-    au.add_argument("--dialseg-limit", type=int, default=50, help="first N DialSeg711 dialogues")
-    au.set_defaults(func=cmd_auc)
     args = p.parse_args()
     return args.func(args)
 

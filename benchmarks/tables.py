@@ -481,65 +481,67 @@ def fresh_clone() -> list[str]:
     return out
 
 
-@table
-def headline() -> list[str]:
+def headline_rows() -> list[tuple[str, str, str]]:
+    """README's headline rows: (BENCHMARKS.md anchor, question with its linked words ending in "]", figure)."""
     (ce,) = [r for r in load(CE_SWEEP)["rows"] if r.get("chosen")]
     lex, ce_rec = load(LEXICAL)["recall"], load(CE_RECALL)["modes"]["box-hits"]["recall"]
+    at1000 = {m: md_cell(RECALL_MD, "cpu", m, "budget=1000") for m in ("box-hits", "chunk-rag", "turn-rag")}
     qa = {m: mean_pct(r["scores"]["locomo_f1"] for r in answers(ANSWERS, m)) for m, _ in MODELS}
     arms, t233 = load("locomo-qa-budgets.json")["arms"], load("locomo-qa-233.json")["arms"]["box-hits@1000"]
-    phases = {(p["budget"], p["mode"]): p["p50_s"] for p in load("answer-latency.json")["phases"]}
+    p50 = {(p["budget"], p["mode"]): p["p50_s"] for p in load("answer-latency.json")["phases"]}
     p = peers_rows()
-    rec = load("records-check.json")["rows"]
-    lines = load("build-speed-lines-conv30.json")["rows"][0]
-    split = load("build-speed-split-conv30.json")["rows"][0]
+    wrong = {k: 100 * load("records-check.json")["rows"][f"{k} / locomo"]["wrong_person_share"] for k, _ in RECORD_ROWS}
+    lines, split = (load(f"build-speed-{n}-conv30.json")["rows"][0] for n in ("lines", "split"))
     box = [r for r in answers(ANSWERS, MODELS[1][0], 2) if r["conversation"] in TWO]
     ew = [r for r in records("eventweave-qa.jsonl.gz") if r["mode"] == "event-graph"]
-    bench = "BENCHMARKS.md#"
+    judged = {m: lme(LME_QA98, m, "qa", "judge") for m in ("box-hits", "turn-rag", "full-context")}
+    return [
+        ("topic-segmentation-tiage-dev-dialseg711", "Topic segmentation], TIAGE dev Pk / WD / F1",
+         " / ".join(f3(ce["dev"][m]) for m in ("pk", "wd", "f1")) + f" (cpu.toml, the LLM-read judge before: "
+         f"{seg(TIAGE, 'cpu')}; *published RoBERTa segmenter trained on TIAGE: 0.265 / 0.287 / 0.572*)"),
+        ("evidence-recall-locomo", "Evidence recall] at 1000 context tokens, LoCoMo",
+         f"box-hits {lex['w=0.3']['1000']:.1f}% (cosine alone, the default before: {pct(ce_rec['budget=1000'])}%; on "
+         f"cpu.toml's boxes {at1000['box-hits']}%), chunk-rag {at1000['chunk-rag']}%, turn-rag {at1000['turn-rag']}%"),
+        ("qa-the-answering-model-locomo-f1-three-scorers", "QA], LoCoMo F1, Qwen2.5-Coder-1.5B answering",
+         f"{qa[MODELS[1][0]]} on cpu.toml's boxes (0.5B: {qa[MODELS[0][0]]}; *published, Qwen2.5-1.5B with Mem0: 23.8*); "
+         f"with BM25 (the default), {t233['questions']} questions at 1000 tokens: {t233['locomo_f1']}; "
+         f"{arms['box-hits@1000']['questions']} of them: {arms['box-hits@1000']['locomo_f1']} against turn-rag's ten "
+         f"best turns {arms['turn-rag@1000']['locomo_f1']}; an answer takes {p50[(1000, 'warm')]:.1f} s warm, "
+         f"{p50[(1000, 'cold')]:.1f} s cold (p50, alone)"),
+        ("peers-on-the-same-models-mem0-a-mem-two-slices", "Peers on the same models], LoCoMo conv-26 and conv-30, "
+         "sessions 1-2 of each", f"LoCoMo F1 {100 * p['membox']['locomo_f1']:.1f} against mem0's "
+         f"{100 * p['mem0']['locomo_f1']:.1f} and A-Mem's {100 * p['amem']['locomo_f1']:.1f}, building in "
+         f"{p['membox']['build_s_per_message']:.2f} s per message against {p['mem0']['build_s_per_message']:.2f} and "
+         f"{p['amem']['build_s_per_message']:.2f}, same models (small slices: [docs](docs/peers.md))"),
+        ("records-who-did-what-read-by-hand", "Records], 30 LoCoMo dev boxes and the demo's read by hand",
+         f"every event cites its message; events naming the wrong person: {wrong['qwen2.5-coder-0.5b+lines']:.1f}% with "
+         f"the default (events made from the lines by code), {wrong['qwen2.5-coder-0.5b']:.1f}% / "
+         f"{wrong['qwen2.5-coder-1.5b']:.1f}% with events the 0.5B / 1.5B writes ([docs](docs/records.md))"),
+        ("build-speed-seconds-and-llm-tokens-per-message-side-by-side", "Build speed and cost], LoCoMo conv-30 whole",
+         f"the default (configs/cpu-ce.toml): {lines['after_s'] / lines['messages']:.2f} s per message "
+         f"({lines['before_s'] / lines['messages']:.2f} s with events the model writes, side by side), against "
+         f"{split['before_s'] / split['messages']:.2f} s with cpu.toml (the LLM judges every message)"),
+        ("eventweave-the-event-graph", "EventWeave], LoCoMo conv-26 and conv-30",
+         f"temporal questions, F1 with Qwen2.5-Coder-1.5B answering: event graph "
+         f"{mean_pct(r['scores']['locomo_f1'] for r in ew)}, box-hits {mean_pct(r['scores']['locomo_f1'] for r in box)} "
+         f"({len(box)} questions); evidence recall at 1000 tokens: event graph {recall(EW_RECALL, 'event-graph', 1000)}%, "
+         f"box-hits {recall(EW_RECALL, 'box-hits', 1000)}%"),
+        ("longmemeval-user-and-assistant-histories-dev-slice", "LongMemEval], user-and-assistant histories",
+         f"evidence turns at 1000 tokens: box-hits {lme(LME_RECALL, 'box-hits', 'retrieval', 'recall@1000')}%, turn-rag "
+         f"{lme(LME_RECALL, 'turn-rag', 'retrieval', 'recall@1000')}%; QA on all {load(LME_QA98)['questions']}, judged "
+         f"right by the 1.5B model: box-hits {judged['box-hits']}%, turn-rag {judged['turn-rag']}%, full context "
+         f"{judged['full-context']}%; with only the evidence sessions {lme(LME_ORACLE, 'box-hits', 'qa', 'judge')}%: the "
+         "answering model, not retrieval, sets the limit ([docs](docs/longmemeval.md))"),
+    ]
+
+
+@table
+def headline() -> list[str]:
+    """README's headline figures, each row linking to its table in BENCHMARKS.md."""
     out = head("question", "figure")
-    out.append(row(f"[Topic segmentation]({bench}topic-segmentation-tiage-dev-dialseg711), TIAGE dev Pk / WD / F1",
-                   " / ".join(f"{ce['dev'][m]:.3f}" for m in ("pk", "wd", "f1")) + f" (cpu.toml, the LLM-read judge "
-                   f"before: {seg(TIAGE, 'cpu')}; *published RoBERTa segmenter trained on TIAGE: 0.265 / 0.287 / 0.572*)"))
-    out.append(row(f"[Evidence recall]({bench}evidence-recall-locomo) at 1000 context tokens, LoCoMo",
-                   f"box-hits {lex['w=0.3']['1000']:.1f}% (cosine alone, the default before: {pct(ce_rec['budget=1000'])}%; "
-                   f"on cpu.toml's boxes {md_cell(RECALL_MD, 'cpu', 'box-hits', 'budget=1000')}%), chunk-rag "
-                   f"{md_cell(RECALL_MD, 'cpu', 'chunk-rag', 'budget=1000')}%, turn-rag "
-                   f"{md_cell(RECALL_MD, 'cpu', 'turn-rag', 'budget=1000')}%"))
-    out.append(row(f"[QA]({bench}qa-the-answering-model-locomo-f1-three-scorers), LoCoMo F1, Qwen2.5-Coder-1.5B answering",
-                   f"{qa[MODELS[1][0]]} on cpu.toml's boxes (0.5B: {qa[MODELS[0][0]]}; *published, Qwen2.5-1.5B with "
-                   f"Mem0: 23.8*); with BM25 (the default), {t233['questions']} questions at 1000 tokens: "
-                   f"{t233['locomo_f1']}; {arms['box-hits@1000']['questions']} of them: {arms['box-hits@1000']['locomo_f1']}"
-                   f" against turn-rag's ten best turns {arms['turn-rag@1000']['locomo_f1']}; an answer takes "
-                   f"{phases[(1000, 'warm')]:.1f} s warm, {phases[(1000, 'cold')]:.1f} s cold (p50, alone)"))
-    out.append(row(f"[Peers on the same models]({bench}peers-on-the-same-models-mem0-a-mem-two-slices), LoCoMo conv-26 "
-                   "and conv-30, sessions 1-2 of each",
-                   f"LoCoMo F1 {100 * p['membox']['locomo_f1']:.1f} against mem0's {100 * p['mem0']['locomo_f1']:.1f} and "
-                   f"A-Mem's {100 * p['amem']['locomo_f1']:.1f}, building in {p['membox']['build_s_per_message']:.2f} s per "
-                   f"message against {p['mem0']['build_s_per_message']:.2f} and {p['amem']['build_s_per_message']:.2f}, "
-                   "same models (small slices: [docs](docs/peers.md))"))
-    lo = {k: rec[f"{k} / locomo"] for k, _ in RECORD_ROWS}
-    out.append(row(f"[Records]({bench}records-who-did-what-read-by-hand), 30 LoCoMo dev boxes and the demo's read by hand",
-                   f"every event cites its message; events naming the wrong person: "
-                   f"{100 * lo['qwen2.5-coder-0.5b+lines']['wrong_person_share']:.1f}% with the default (events made "
-                   f"from the lines by code), {100 * lo['qwen2.5-coder-0.5b']['wrong_person_share']:.1f}% / "
-                   f"{100 * lo['qwen2.5-coder-1.5b']['wrong_person_share']:.1f}% with events the 0.5B / 1.5B writes "
-                   "([docs](docs/records.md))"))
-    out.append(row(f"[Build speed and cost]({bench}build-speed-seconds-and-llm-tokens-per-message-side-by-side), LoCoMo "
-                   "conv-30 whole", f"the default (configs/cpu-ce.toml): {lines['after_s'] / lines['messages']:.2f} s per "
-                   f"message ({lines['before_s'] / lines['messages']:.2f} s with events the model writes, side by side), "
-                   f"against {split['before_s'] / split['messages']:.2f} s with cpu.toml (the LLM judges every message)"))
-    out.append(row(f"[EventWeave]({bench}eventweave-the-event-graph), LoCoMo conv-26 and conv-30",
-                   f"temporal questions, F1 with Qwen2.5-Coder-1.5B answering: event graph "
-                   f"{mean_pct(r['scores']['locomo_f1'] for r in ew)}, box-hits {mean_pct(r['scores']['locomo_f1'] for r in box)}"
-                   f" ({len(box)} questions); evidence recall at 1000 tokens: event graph {recall(EW_RECALL, 'event-graph', 1000)}%,"
-                   f" box-hits {recall(EW_RECALL, 'box-hits', 1000)}%"))
-    out.append(row(f"[LongMemEval]({bench}longmemeval-user-and-assistant-histories-dev-slice), user-and-assistant histories",
-                   f"evidence turns at 1000 tokens: box-hits {lme(LME_RECALL, 'box-hits', 'retrieval', 'recall@1000')}%, "
-                   f"turn-rag {lme(LME_RECALL, 'turn-rag', 'retrieval', 'recall@1000')}%; QA on all "
-                   f"{load(LME_QA98)['questions']}, judged right by the 1.5B model: box-hits "
-                   f"{lme(LME_QA98, 'box-hits', 'qa', 'judge')}%, turn-rag {lme(LME_QA98, 'turn-rag', 'qa', 'judge')}%, "
-                   f"full context {lme(LME_QA98, 'full-context', 'qa', 'judge')}%; with only the evidence sessions "
-                   f"{lme(LME_ORACLE, 'box-hits', 'qa', 'judge')}%: the answering model, not retrieval, sets the limit "
-                   "([docs](docs/longmemeval.md))"))
+    for anchor, what, figure in headline_rows():
+        name, rest = what.split("]", 1)  # the linked words, then the rest of the question
+        out.append(row(f"[{name}](BENCHMARKS.md#{anchor}){rest}", figure))
     return out
 
 
@@ -559,29 +561,30 @@ def blocks(text: str) -> list[str]:
     return [m.group(1) for m in MARK.finditer(text)]
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--check", action="store_true", help="change nothing; exit 1 if a block is not what this writes")
-    args = ap.parse_args(argv)
-    stale = []
-    for path in FILES:
-        text = path.read_text()
-        new = render(text)
-        if new != text:
-            stale += [f"{path.name}: {n}" for n in blocks(text) if render_one(text, n) != block_text(text, n)]
-            if not args.check:
-                path.write_text(new)
-    if stale:
-        print(("stale: " if args.check else "rewritten: ") + ", ".join(stale), file=sys.stderr if args.check else sys.stdout)
-    return 1 if stale and args.check else 0
-
-
 def block_text(text: str, name: str) -> str:
     return next(m.group(2) for m in MARK.finditer(text) if m.group(1) == name)
 
 
-def render_one(text: str, name: str) -> str:
-    return "\n".join(TABLES[name]()) + "\n"
+def stale(text: str) -> list[str]:
+    """The blocks of `text` that are not what their function writes now."""
+    return [n for n in blocks(text) if n not in TABLES or "\n".join(TABLES[n]()) + "\n" != block_text(text, n)]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--check", action="store_true", help="change nothing; exit 1 if a block is not what this writes")
+    args = ap.parse_args(argv)
+    found = [f"{path.name}: {n}" for path in FILES for n in stale(path.read_text())]
+    if args.check:
+        if found:
+            print("stale (run python benchmarks/tables.py): " + ", ".join(found), file=sys.stderr)
+        return 1 if found else 0
+    for path in FILES:
+        text = path.read_text()
+        if stale(text):
+            path.write_text(render(text))
+    print("rewritten: " + ", ".join(found) if found else "every block is current")
+    return 0
 
 
 if __name__ == "__main__":

@@ -400,28 +400,3 @@ def test_answer_models_report_saves_only_the_questions_every_model_answered(tmp_
 
 
 
-def test_eventweave_report_composes_recall_qa_and_build_cost_from_saved_results(tmp_path, data, capsys):
-    from membox_local.evaluation.results import save_results
-
-    rep = script("eventweave_report")
-    _event_graph_build(tmp_path, data)  # event-graph recall in tmp_path/run
-    run(_settings(tmp_path, data, config="eventweave", qa=False, modes=["box-hits", "chunk-rag"], build=False,
-                  boxes_only=True), backend=FakeBackend(), embedder=FakeEmbedder(), progress=False)
-    save_results([tmp_path / "run"], tmp_path / "ew.jsonl.gz", "2026-12-03")
-    qa = dict(k=[10], budgets=[60], qa_k=10, qa_budget=60, build=False, boxes_only=True)
-    run(_settings(tmp_path, data, config="eventweave", modes=["event-graph"], out=str(tmp_path / "qa"), **qa),
-        backend=FakeBackend(), embedder=FakeEmbedder(), progress=False)
-    save_results([tmp_path / "qa"], tmp_path / "qa.jsonl.gz", "2026-12-03")
-    run(_settings(tmp_path, data, modes=["box-hits"], out=str(tmp_path / "bh"), answer_models=["small"], **qa),
-        backend=FakeBackend(), embedder=FakeEmbedder(), progress=False, answer_backends={"small": FakeBackend()})
-    save_results([tmp_path / "bh"], tmp_path / "answers.jsonl.gz", "2026-12-03")
-    assert rep.main(["--data", str(data), "--recall", str(tmp_path / "ew.jsonl.gz"), "--compact",
-                     str(tmp_path / "none.jsonl.gz"), "--qa", str(tmp_path / "qa.jsonl.gz"), "--answers",
-                     str(tmp_path / "answers.jsonl.gz"), "--answerer", "small", "--budgets", "30", "60",
-                     "--modes", "event-graph", "box-hits", "chunk-rag"]) == 0
-    out = capsys.readouterr().out
-    recall, answers, cost = out.strip().split("\n\n")
-    assert [l.split(" | ")[0] for l in recall.splitlines()[2:]] == ["| event-graph", "| box-hits", "| chunk-rag"]
-    rows = answers.splitlines()[2:]
-    assert [r.split(" | ")[:2] for r in rows] == [["| box-hits", "4"], ["| event-graph", "4"]]
-    assert cost.splitlines()[2].startswith("| EventWeave") and "| 11 |" in cost.splitlines()[2]
