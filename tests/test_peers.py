@@ -17,19 +17,18 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from benchmarks.peers import report  # noqa: E402
-from benchmarks.peers.answering import fit_budget, grade, items_context, Retrieved  # noqa: E402
-from benchmarks.peers.data import Conversation, Question, select_questions, slice_messages  # noqa: E402
+from benchmarks.peers.harness import (  # noqa: E402
+    Conversation, PeerSystem, Question, Retrieved, Settings, fit_budget, grade, items_context, run_all,
+    select_questions, slice_messages)
 from benchmarks.peers.llm_server import UsageProxy, cap, server_command, translate  # noqa: E402
-from benchmarks.peers.protocol import RequestFailed, WorkerClient, WorkerError  # noqa: E402
-from benchmarks.peers.runner import Settings, run_all  # noqa: E402
-from benchmarks.peers.systems import PeerSystem  # noqa: E402
+from benchmarks.peers.workers import RequestFailed, WorkerClient, WorkerError  # noqa: E402
 from membox_local.records import Message  # noqa: E402
 from membox_local.retrieval.base import Context, count_tokens  # noqa: E402
 
 FAKE_WORKER = textwrap.dedent('''
     import os, sys
     sys.path.insert(0, {peers!r})
-    from worker_common import serve
+    from workers import serve
 
     notes = []
 
@@ -288,7 +287,7 @@ def test_missed_targets_say_by_how_much():
 
 
 def test_report_cli_prints_saved_runs_as_one_table(tmp_path, capsys):
-    from benchmarks.peers.cli import main
+    from benchmarks.peers.harness import main
 
     full = _results()
     ours = {**full, "systems": {"membox": full["systems"]["membox"]}}

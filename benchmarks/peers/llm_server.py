@@ -1,20 +1,11 @@
 """The build model every peer talks to: llama-cpp-python's OpenAI-compatible server on a free loopback port, and a
-small counting proxy in front of it.
-
-The proxy forwards every request unchanged except in two ways: an OpenAI `response_format` of type `json_schema`
-(A-Mem sends it; llama-cpp-python's server accepts only `text` and `json_object`, which may carry a `schema`) becomes
-`{"type": "json_object", "schema": <the same schema>}`, so the server constrains the output to the schema the client
-asked for, as OpenAI's API would; and a request that sets no `max_tokens` gets the proxy's (`--max-tokens`, 1024 by
-default), as OpenAI's API caps every model's output where llama-cpp-python's server would generate until its
-context is full (A-Mem sets none, and its evolution call at temperature 1.0 can run on for thousands of tokens).
-It reads the `usage` of every JSON reply: calls, prompt and generated tokens,
-failed requests (HTTP status >= 400), seconds; the harness takes a snapshot before and after a build.
-"""
+counting proxy in front of it, which forwards every request unchanged but in two ways (docs/peers.md, "Stand-ins and
+limits": `translate` and `cap`) and reads the `usage` of every JSON reply; the harness takes a snapshot of the
+counts before and after a build."""
 from __future__ import annotations
 
 import http.client
 import json
-import socket
 import subprocess
 import threading
 import time
@@ -24,13 +15,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from .protocol import last_line
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from .workers import last_line
 
 
 class ServerError(RuntimeError):
@@ -46,7 +31,7 @@ def server_command(python: str, model: str, port: int, n_ctx: int, threads: int,
 
 
 class LlamaServer:
-    """Started by `start()`, stopped by `stop()` (or as a context manager); `base_url` ends in /v1."""
+    """Started by `start()`, stopped by `stop()`; `base_url` ends in /v1."""
 
     def __init__(self, python: str, model: str, log_path: Path, n_ctx: int = 16384, threads: int = 2,
                  alias: str = "build-model"):
@@ -59,13 +44,14 @@ class LlamaServer:
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.port}/v1"
 
-    def start(self, timeout: float = 300.0) -> "LlamaServer":
+    def start(self, timeout: float = 300.0) -> LlamaServer:
+        from membox_local.evaluation.soak import free_port
+
         self.port = free_port()
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        log = open(self.log_path, "ab")
         cmd = server_command(self.python, self.model, self.port, self.n_ctx, self.threads, self.alias)
-        self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-        log.close()
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         deadline = time.time() + timeout
         while time.time() < deadline:
             if self.proc.poll() is not None:
@@ -90,12 +76,6 @@ class LlamaServer:
                 self.proc.wait(timeout=10)
         self.proc = None
 
-    def __enter__(self):
-        return self.start()
-
-    def __exit__(self, *exc):
-        self.stop()
-
 
 @dataclass
 class Usage:
@@ -108,7 +88,7 @@ class Usage:
     cut: int = 0  # replies that stopped at their output limit (finish_reason "length")
     seconds: float = 0.0
 
-    def minus(self, other: "Usage") -> "Usage":
+    def minus(self, other: Usage) -> Usage:
         return Usage(**{k: round(v - getattr(other, k), 3) for k, v in asdict(self).items()})
 
 
@@ -138,8 +118,8 @@ class UsageProxy:
         self.host, self.port_to, self.timeout, self.max_tokens = parts.hostname, parts.port, timeout, max_tokens
         self.usage = Usage()
         self.lock = threading.Lock()
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self.server.daemon_threads = True
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), _Relay)
+        self.server.daemon_threads, self.server.proxy = True, self
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
     @property
@@ -150,7 +130,7 @@ class UsageProxy:
         with self.lock:
             return Usage(**asdict(self.usage))
 
-    def start(self) -> "UsageProxy":
+    def start(self) -> UsageProxy:
         self.thread.start()
         return self
 
@@ -206,34 +186,28 @@ class UsageProxy:
             u.completion_tokens += int(usage.get("completion_tokens") or 0)
             u.seconds += seconds
 
-    def _handler(self):
-        proxy = self
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
+class _Relay(BaseHTTPRequestHandler):
+    """One request to the proxy (`self.server.proxy`), forwarded; a server that cannot be reached answers 502."""
 
-            def _relay(self, method: str) -> None:
-                n = int(self.headers.get("Content-Length") or 0)
-                body = self.rfile.read(n) if n else b""
-                headers = {"Content-Type": self.headers.get("Content-Type", "application/json")}
-                try:
-                    status, payload, ctype = proxy.forward(method, self.path, body, headers)
-                except OSError as exc:
-                    status, ctype = 502, "application/json"
-                    payload = json.dumps({"error": {"message": f"proxy: {exc}"}}).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", ctype)
-                self.send_header("Content-Length", str(len(payload)))
-                self.end_headers()
-                self.wfile.write(payload)
+    protocol_version = "HTTP/1.1"
 
-            def do_GET(self):  # noqa: N802 (http.server's names)
-                self._relay("GET")
+    def do_POST(self):  # noqa: N802 (http.server's names)
+        n = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(n) if n else b""
+        headers = {"Content-Type": self.headers.get("Content-Type", "application/json")}
+        try:
+            status, payload, ctype = self.server.proxy.forward(self.command, self.path, body, headers)
+        except OSError as exc:
+            status, ctype = 502, "application/json"
+            payload = json.dumps({"error": {"message": f"proxy: {exc}"}}).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
 
-            def do_POST(self):  # noqa: N802
-                self._relay("POST")
+    do_GET = do_POST
 
-            def log_message(self, *args):  # quiet: the server's own log has the requests
-                pass
-
-        return Handler
+    def log_message(self, *args):  # quiet: the server's own log has the requests
+        pass

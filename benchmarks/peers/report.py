@@ -1,14 +1,8 @@
-"""Figures of a saved peers run, per system (pooled over its conversations), and the markdown table of them.
-
-Per message: build seconds, LLM calls, prompt and generated tokens (sums over the conversations / messages).
-Per question: answer seconds, context tokens, every scorer's mean, and the LoCoMo F1 of each category; evidence
-recall where the system gave sources. The issue's targets are checked below the table: membox_local's LoCoMo F1
-above every peer's, and at least 3x fewer build seconds per message than mem0.
-"""
+"""Figures of a saved peers run, per system (pooled over its conversations: per message, build seconds, LLM calls
+and tokens; per question, answer seconds, context tokens, every scorer's mean, the LoCoMo F1 of each category,
+evidence recall where the system gave sources), their markdown table, and the issue's targets below it: membox_local's
+LoCoMo F1 above every peer's, and at least 3x fewer build seconds per message than mem0."""
 from __future__ import annotations
-
-import json
-from pathlib import Path
 
 CATEGORY_NAMES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop", 5: "adversarial"}
 LABELS = {"membox": "membox_local (default)", "mem0": "mem0", "amem": "A-Mem"}
@@ -38,10 +32,8 @@ def summarise_system(entry: dict) -> dict:
 
     out = {
         "status": entry.get("status", "?"), "reason": entry.get("reason", ""), "messages": n, "questions": len(qs),
-        "build_s_per_message": _per(total("build_s"), n),
-        "llm_calls_per_message": _per(total("llm_calls"), n),
-        "prompt_tokens_per_message": _per(total("prompt_tokens"), n),
-        "completion_tokens_per_message": _per(total("completion_tokens"), n),
+        **{f"{key}_per_message": _per(total(key), n) for key in ("build_s", "llm_calls", "prompt_tokens",
+                                                                   "completion_tokens")},
         "failed_messages": total("failed_messages") or 0,
         "degraded_messages": total("degraded_messages") or 0,
         "answer_s": _mean(q["answer_s"] for q in qs),
@@ -51,9 +43,8 @@ def summarise_system(entry: dict) -> dict:
         "sources": entry.get("sources", ""),
         "errors": [c["error"] for c in entry.get("conversations", {}).values() if "error" in c],
         "questions_failed": unanswered,
+        **{metric: _mean(q["scores"][metric] for q in qs) for metric in ("locomo_f1", "mem0_f1", "mem0_bleu1")},
     }
-    for metric in ("locomo_f1", "mem0_f1", "mem0_bleu1"):
-        out[metric] = _mean(q["scores"][metric] for q in qs)
     out["by_category"] = {cat: {"questions": len(sel), "locomo_f1": _mean(q["scores"]["locomo_f1"] for q in sel)}
                           for cat in sorted({q["category"] for q in qs})
                           for sel in [[q for q in qs if q["category"] == cat]]}
@@ -65,13 +56,10 @@ def summarise(results: dict) -> dict[str, dict]:
 
 
 def _f(x, digits: int = 2, pct: bool = False) -> str:
-    if x is None:
-        return "-"
-    return f"{100 * x:.1f}" if pct else f"{x:.{digits}f}"
+    return "-" if x is None else f"{100 * x:.1f}" if pct else f"{x:.{digits}f}"
 
 
-def table(results: dict) -> list[str]:
-    rows = summarise(results)
+def table(rows: dict[str, dict]) -> list[str]:
     cats = sorted({c for r in rows.values() for c in r["by_category"]})
     head = (["system", "build s/msg", "LLM calls/msg", "prompt tok/msg", "gen tok/msg", "failed (degraded) msgs",
              "questions", "answer s/q", "ctx tokens", "LoCoMo F1", "mem0 F1", "BLEU-1", "evidence recall"]
@@ -86,17 +74,15 @@ def table(results: dict) -> list[str]:
                  _f(r["prompt_tokens_per_message"], 0), _f(r["completion_tokens_per_message"], 1),
                  f"{r['failed_messages']} ({r['degraded_messages']})",
                  str(r["questions"]) + (f" (+{r['questions_failed']} failed)" if r["questions_failed"] else ""),
-                 _f(r["answer_s"]),
-                 _f(r["context_tokens"], 0), _f(r["locomo_f1"], pct=True), _f(r["mem0_f1"], pct=True),
-                 _f(r["mem0_bleu1"], pct=True), _f(r["recall"], pct=True)]
+                 _f(r["answer_s"]), _f(r["context_tokens"], 0), _f(r["locomo_f1"], pct=True),
+                 _f(r["mem0_f1"], pct=True), _f(r["mem0_bleu1"], pct=True), _f(r["recall"], pct=True)]
         cells += [_f(r["by_category"].get(c, {}).get("locomo_f1"), pct=True) for c in cats]
         lines.append("| " + " | ".join(cells) + " |")
     return lines
 
 
-def targets(results: dict) -> list[str]:
+def targets(rows: dict[str, dict]) -> list[str]:
     """The issue's two targets, met or missed and by how much."""
-    rows = summarise(results)
     ours = rows.get("membox")
     if not ours or ours["locomo_f1"] is None:
         return ["- targets: no membox_local row to compare with"]
@@ -116,21 +102,16 @@ def targets(results: dict) -> list[str]:
 
 
 def markdown(results: dict) -> str:
-    convs = results.get("conversations", {})
+    convs, rows = results.get("conversations", {}), summarise(results)
     lines = [f"Peers on the same models: {', '.join(convs)} "
              f"({sum(c['messages'] for c in convs.values())} messages, "
              f"{sum(c['questions'] for c in convs.values())} questions), budget {results.get('budget_tokens')} tokens, "
              f"{results.get('date', '')}, {results.get('machine', {}).get('cpu', '')}", ""]
-    lines += table(results)
-    lines += [""] + targets(results)
-    notes = [f"- evidence recall of {LABELS.get(n, n)}: {r['sources']}" for n, r in summarise(results).items()
+    lines += table(rows) + [""] + targets(rows)
+    notes = [f"- evidence recall of {LABELS.get(n, n)}: {r['sources']}" for n, r in rows.items()
              if r["recall"] is not None and r["sources"]]
-    errors = [f"- {LABELS.get(n, n)}: {e}" for n, r in summarise(results).items() for e in r["errors"]]
+    errors = [f"- {LABELS.get(n, n)}: {e}" for n, r in rows.items() for e in r["errors"]]
     return "\n".join(lines + notes + errors) + "\n"
-
-
-def load(path: str | Path) -> dict:
-    return json.loads(Path(path).read_text())
 
 
 # what makes two runs the same slice and settings (a run's "settings", as `run` saved them), beside the models
@@ -139,14 +120,12 @@ SLICE_SETTINGS = ("sessions", "messages", "questions", "categories", "config", "
 
 
 def _same_settings(first: dict, other: dict) -> None:
-    for key in ("budget_tokens", "answer_model", "build_model", "embedder"):
-        if other.get(key) != first.get(key):
-            raise SystemExit(f"these runs differ in {key}: {first.get(key)} against {other.get(key)}; "
-                             "only runs of the same slice and settings share a table")
     a, b = first.get("settings", {}), other.get("settings", {})
-    for key in SLICE_SETTINGS:
-        if a.get(key) != b.get(key):
-            raise SystemExit(f"these runs differ in settings.{key}: {a.get(key)} against {b.get(key)}; "
+    pairs = [(key, first.get(key), other.get(key)) for key in ("budget_tokens", "answer_model", "build_model",
+                                                                "embedder")]
+    for key, x, y in pairs + [(f"settings.{key}", a.get(key), b.get(key)) for key in SLICE_SETTINGS]:
+        if x != y:
+            raise SystemExit(f"these runs differ in {key}: {x} against {y}; "
                              "only runs of the same slice and settings share a table")
 
 
