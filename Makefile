@@ -44,9 +44,15 @@ demo: $(STAMP)
 	rm -rf stores/demo
 	$(BIN)/membox demo --store stores/demo
 
+# `make test`: every test but those marked `long` (they are `make test-long`), then the numeric ones on another
+# BLAS kernel; `make test-long` is the minutes of the real stack beyond that (a soak minute on the real server,
+# cpu.toml's LLM-judged builds and link calls, the LLM judge through llama.cpp's server)
 test: $(STAMP)
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -m "not long"
 	$(MAKE) --no-print-directory test-numeric
+
+test-long: $(STAMP)
+	$(BIN)/python -m pytest -q -m long
 
 # The tests marked `numeric` (golden stores, judges' scores, fits, rankings through BLAS cosines) again on another
 # OpenBLAS kernel and thread count than this CPU picks: floats differ in their last bits between CPUs (an AMD EPYC VM

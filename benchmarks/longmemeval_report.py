@@ -22,53 +22,9 @@ import shutil
 from pathlib import Path
 
 from membox_local.evaluation.longmemeval import markdown
+from membox_local.evaluation.paired import compare, versus
 
 RESULTS = Path(__file__).resolve().parent / "results"
-
-
-def compare(records: list[dict], a: str, b: str, budget: int = 1000) -> list[dict]:
-    """Rows (part, questions, judged right with a, with b, a's and b's mean recall) over the answerable questions both
-    modes answered: where a's context held more of the evidence turns than b's, as much, less."""
-    key = f"recall@{budget}"
-    by_qid: dict[str, dict[str, dict]] = {}
-    for r in records:
-        if not r.get("abstention") and key in r and r.get("judge") is not None:
-            by_qid.setdefault(r["qid"], {})[r["mode"]] = r
-    parts: dict[str, list[tuple[dict, dict]]] = {f"{a} more": [], "as much": [], f"{b} more": []}
-    for modes in by_qid.values():
-        if a in modes and b in modes:
-            ra, rb = modes[a][key], modes[b][key]
-            parts[f"{a} more" if ra > rb else f"{b} more" if rb > ra else "as much"].append((modes[a], modes[b]))
-    rows = []
-    for part, pairs in parts.items():
-        n = len(pairs)
-        rows.append({"part": part, "questions": n, f"{a} right": sum(x["judge"] for x, _ in pairs),
-                     f"{b} right": sum(y["judge"] for _, y in pairs),
-                     f"{a} recall": sum(x[key] for x, _ in pairs) / n if n else 0.0,
-                     f"{b} recall": sum(y[key] for _, y in pairs) / n if n else 0.0})
-    return rows
-
-
-VERSUS_KEYS = ("session_any@5", "turn_any@5", "recall@500", "recall@1000", "recall@2000")
-
-
-def versus(new: list[dict], old: list[dict], modes: list[str]) -> list[dict]:
-    """Per mode, over the answerable questions both runs hold: each run's mean of VERSUS_KEYS (x100) and how many
-    questions' recall@1000 differs between them."""
-    def index(records):
-        return {(r["qid"], r["mode"]): r for r in records if not r.get("abstention") and "recall@1000" in r}
-
-    a, b = index(new), index(old)
-    rows = []
-    for mode in modes:
-        both = sorted(q for (q, m) in a if m == mode and (q, mode) in b)
-        for name, runs in (("new", a), ("old", b)):
-            rs = [runs[(q, mode)] for q in both]
-            rows.append({"mode": mode, "run": name, "questions": len(both),
-                         **{k: round(100 * sum(r[k] for r in rs) / len(rs), 1) if rs else 0.0 for k in VERSUS_KEYS},
-                         "recall@1000 differs": sum(a[(q, mode)]["recall@1000"] != b[(q, mode)]["recall@1000"]
-                                                    for q in both)})
-    return rows
 
 
 def _saved_records(name: str) -> list[dict]:

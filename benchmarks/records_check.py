@@ -1,7 +1,7 @@
 """The records each build model writes with cited lines (issue 50): what code keeps, drops and corrects, and the
 hand check of who the kept events name.
 
-    # 30 LoCoMo dev boxes sampled as extract_models.py samples them (10 each of conv-26, conv-30, conv-44, every n-th
+    # 30 LoCoMo dev boxes (10 each of conv-26, conv-30, conv-44, every n-th
     # box of 3+ messages) from the default judge's boxes-only builds (`membox eval locomo --config cpu-ce --boxes-only
     # --no-qa --conversations conv-26 conv-30 conv-44 --builds runs/builds-boxes --modes turn-rag --budgets 500
     # --out runs/records-boxes`), and the demo conversation's boxes; each model's raw output is saved
@@ -24,23 +24,16 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import re
 import sys
 import time
 from pathlib import Path
 
-from membox_local.attribution import (checked_topic, display_name, extracted_events, model_topic, statements,
-                                      without_names)
-from membox_local.grounding import grounding
 from membox_local.config import load_config
+from membox_local.evaluation.records import kept, records_row
 from membox_local.ingest import load_jsonl
-from membox_local.loom import text_keywords
 from membox_local.memory import open_store
-from membox_local.prompts import extract_prompt, extract_schema, extract_system, numbered_lines
+from membox_local.prompts import extract_prompt, extract_schema, numbered_lines
 from membox_local.records import Box
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from extract_models import key, sample_boxes  # noqa: E402  (the same 30 boxes as the first hand check)
 
 REPO = Path(__file__).resolve().parent.parent
 OUT = Path("runs/records")
@@ -49,6 +42,28 @@ SAVED = REPO / "benchmarks" / "results" / "records-check.json"
 DEMO = REPO / "membox_local" / "data" / "demo.jsonl"
 DEMO_BUILD = Path("runs/records-demo")
 LINES = "+lines"  # the raw outputs of `run --events lines` (a topic: code makes the events from the lines)
+CONVERSATIONS = ["conv-26", "conv-30", "conv-44"]
+
+
+def sample_boxes(builds: Path, per_conversation: int) -> list[Box]:
+    """Every n-th box of 3+ messages of each conversation, `per_conversation` of them (the 30 boxes of the first
+    hand check, docs/experiments.md)."""
+    out = []
+    for conv in CONVERSATIONS:
+        if not (builds / conv / "memory.db").exists():
+            raise SystemExit(f"{builds / conv}: no build; make it first (this script's docstring: membox eval locomo)")
+        store = open_store(builds / conv)
+        boxes = [b for b in store.boxes(conv) if len(b.messages) >= 3]
+        store.close()
+        if not boxes:
+            raise SystemExit(f"{builds / conv}: no boxes; build them first (this docstring's membox eval command)")
+        step = max(1, len(boxes) // per_conversation)
+        out += boxes[::step][:per_conversation]
+    return out
+
+
+def key(box: Box) -> str:
+    return f"{box.conversation_id}/{box.messages[0].message_id}"
 
 
 def demo_boxes(config: str) -> list[Box]:
@@ -73,12 +88,6 @@ def all_boxes(a) -> list[Box]:
     """The boxes of `--sample`: the LoCoMo dev sample, the demo's, or both."""
     locomo = sample_boxes(Path(a.builds), a.per_conversation) if a.sample in ("all", "locomo") else []
     return locomo + (demo_boxes(a.config) if a.sample in ("all", "demo") else [])
-
-
-def participants(box: Box, boxes: list[Box]) -> list[str]:
-    """The speakers of the box's conversation in the sample (each LoCoMo conversation has two)."""
-    return list(dict.fromkeys(m.speaker for b in boxes if b.conversation_id == box.conversation_id
-                              for m in b.messages))
 
 
 def run(a) -> None:
@@ -110,25 +119,6 @@ def run(a) -> None:
                     print(f"{model} {key(box)} {rec['s']} s", file=sys.stderr)
         finally:
             backend.close()
-
-
-def kept(box: Box, raw: dict, boxes: list[Box], cfg) -> tuple[str, list, dict]:
-    """(topic, events, dropped) as the Loom stores them from the saved raw output (events written, or made from the
-    lines by code where the output has none: [extract] events = "lines")."""
-    ec = dataclasses.replace(cfg.extract, events="written" if "events" in raw else "lines")
-    instructions = extract_system(ec)
-    events, dropped = extracted_events(raw, box, box.messages, participants(box, boxes), instructions, ec)
-    kws = text_keywords(box.messages, cfg.extract.max_keywords, cfg.extract.max_keyword_chars)
-    topic, why = checked_topic(model_topic(raw, ec.events), box, kws, instructions, participants(box, boxes))
-    return topic, events, dict(dropped, **({why: 1} if why else {}))
-
-
-def in_own_line(event, box: Box, people: list[str]) -> float:
-    """The kept event's grounding in its cited line alone (its statements), names, resolved dates and "and others"
-    (what the code added) left out."""
-    line = next(m for m in box.messages if m.message_id == event.sources[0])
-    words = re.sub(r"\([^)]*\)", " ", event.text).replace(" and others", " ")
-    return grounding(without_names(words, people), statements(line.text))
 
 
 def records(model: str) -> dict[str, dict]:
@@ -166,34 +156,7 @@ def report(a) -> dict:
         recs = records(model)
         for part, chosen in (("locomo", [b for b in boxes if b.conversation_id.startswith("conv-")]),
                              ("demo", [b for b in boxes if not b.conversation_id.startswith("conv-")])):
-            n_events, dropped, wrong, seconds, failed, no_one, own = 0, {}, 0, [], 0, 0, 0
-            for box in chosen:
-                rec = recs.get(key(box))
-                if rec is None:
-                    continue
-                seconds.append(rec["s"])
-                if "data" not in rec:
-                    failed += 1
-                    continue
-                _, events, why = kept(box, rec["data"], boxes, cfg)
-                n_events += len(events)
-                people = [display_name(p) for p in participants(box, boxes)]
-                no_one += sum(not any(p.lower() in e.text.lower() for p in people) for e in events)
-                own += sum(in_own_line(e, box, participants(box, boxes)) >= cfg.extract.min_grounding for e in events)
-                for reason, n in why.items():
-                    dropped[reason] = dropped.get(reason, 0) + n
-                wrong += len(labels.get(model, {}).get(key(box), []))
-            checked = model in labels and all(key(b) in labels[model] for b in chosen if key(b) in recs)
-            rows[f"{model} / {part}"] = {
-                "boxes": len(seconds), "failed": failed, "events": n_events,
-                "events_per_box": round(n_events / max(1, len(seconds)), 2), "dropped": dropped,
-                # events that name neither participant (a thing's fact, or a line with no person in it)
-                "names_no_participant": no_one,
-                # kept events whose words their cited line alone holds to [extract] min_grounding
-                "grounded_in_cited_line": round(own / max(1, n_events), 3),
-                "hand_checked": checked, "wrong_person": wrong if checked else None,
-                "wrong_person_share": round(wrong / max(1, n_events), 3) if checked else None,
-                "s_per_box": round(sum(seconds) / max(1, len(seconds)), 1)}
+            rows[f"{model} / {part}"] = records_row(chosen, boxes, recs, labels.get(model), cfg, key)
     print("| model / boxes | boxes | events/box | wrong person (hand) | name no participant | grounded in cited line | "
           "dropped (by code) | s/box |")
     print("|---|---|---|---|---|---|---|---|")

@@ -206,3 +206,25 @@ def test_under_events_lines_the_model_is_asked_for_the_topic_only():
     assert '"topic"' in system and '"events"' not in system and '"keywords"' not in system
     written = extract_prompt(box().messages, DATE).system
     assert '"events"' in written and '"keywords"' in written
+
+
+def test_the_records_check_keeps_what_the_loom_keeps_and_counts_each_models_row():
+    """membox_local/evaluation/records.py (benchmarks/records_check.py): a saved raw output kept as the Loom keeps
+    it (a written event of the box's own line; a topic alone makes the events from the lines), and a model's row:
+    a failed box counted, the hand labels' wrong-person share, no share where a box was not labelled."""
+    from membox_local.config import load_config
+    from membox_local.evaluation.records import kept, records_row
+
+    cfg, b = load_config("cpu-ce"), box()
+    written = {"topic": "bakery job", "events": [{"line": 2, "event": "I'm there at 5 am making sourdough"}]}
+    topic, events, _ = kept(b, written, [b], cfg)
+    assert topic and [e.sources for e in events] == [["D1:2"]] and "Tom is there at 5 am" in events[0].text
+    _, from_lines, _ = kept(b, {"topic": "bakery job"}, [b], cfg)
+    assert len(from_lines) > 1 and all(e.sources[0] in {m.message_id for m in b.messages} for e in from_lines)
+    other = Box(8, "c", "1", DATE, b.messages[:1])
+    recs = {"c/D1:1": {"s": 2.0, "data": written}}  # the two boxes share their first message: one key
+    row = records_row([b], [b], recs, {"c/D1:1": [1]}, cfg, key=lambda x: f"c/{x.messages[0].message_id}")
+    assert (row["boxes"], row["events"], row["wrong_person"], row["wrong_person_share"]) == (1, 1, 1, 1.0)
+    failed = records_row([b, other], [b, other], {"c/D1:1": {"s": 1.0, "error": "timeout"}}, None, cfg,
+                         key=lambda x: f"c/{x.messages[0].message_id}:{x.id}")
+    assert failed["boxes"] == 0 and failed["hand_checked"] is False and failed["wrong_person_share"] is None

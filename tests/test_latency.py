@@ -151,13 +151,15 @@ def test_the_script_saves_the_command_date_machine_and_indices_but_no_text(monke
 
 @pytest.mark.integration
 def test_one_question_per_mode_on_the_demo_with_the_real_stack(tmp_path):
-    """The demo built with cpu-fast (SmolLM2), one question cold (`membox ask`) and warm (`membox serve`)."""
+    """The demo's first session built with cpu-fast (SmolLM2), one question cold (`membox ask`) and warm (`membox
+    serve`)."""
     pytest.importorskip("llama_cpp")
     pytest.importorskip("fastapi")
-    store = tmp_path / "demo"
-    subprocess.run([sys.executable, "-c", "from membox_local.cli import main; main()", "build",
-                    str(REPO / "membox_local" / "data" / "demo.jsonl"), "--store", str(store), "--config", "cpu-fast",
-                    "--quiet"], check=True, capture_output=True, timeout=1800)
+    store, first = tmp_path / "demo", tmp_path / "first-session.jsonl"
+    first.write_text("".join((REPO / "membox_local" / "data" / "demo.jsonl").read_text().splitlines(True)[:14]))
+    subprocess.run([sys.executable, "-c", "from membox_local.cli import main; main()", "build", str(first),
+                    "--store", str(store), "--config", "cpu-fast", "--quiet"], check=True, capture_output=True,
+                   timeout=1800)
     qs = [L.Question(1, None, "What race is Maya training for?", "maya-tom")]
     res = L.measure(store, qs, [200], log=tmp_path / "serve.log", timeout_s=900)
     assert res["config"] == "cpu-fast" and res["tracebacks"] == 0

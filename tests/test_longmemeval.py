@@ -373,7 +373,10 @@ def test_the_guard_on_the_real_cpu_stack(tmp_path):
 
 
 def test_the_report_splits_questions_by_which_context_held_more_evidence():
-    """benchmarks/longmemeval_report.py compare: answerable questions only, both modes needed, each part's counts."""
+    """evaluation/paired.py compare (benchmarks/longmemeval_report.py compare): answerable questions only, both modes
+    needed, each part's counts."""
+    from membox_local.evaluation import paired
+
     report = benchmark_script("longmemeval_report")
 
     def rec(qid, mode, recall, judge, abstention=False):
@@ -384,7 +387,7 @@ def test_the_report_splits_questions_by_which_context_held_more_evidence():
                rec("c", "box-hits", 0.0, 0.0), rec("c", "turn-rag", 1.0, 1.0),   # turn-rag showed more
                rec("d", "box-hits", 1.0, 1.0),                                    # one mode only: left out
                rec("e_abs", "box-hits", 1.0, 1.0, True), rec("e_abs", "turn-rag", 0.0, 0.0, True)]  # abstention
-    rows = {r["part"]: r for r in report.compare(records, "box-hits", "turn-rag")}
+    rows = {r["part"]: r for r in paired.compare(records, "box-hits", "turn-rag")}
     assert [(r["questions"], r["box-hits right"], r["turn-rag right"]) for r in rows.values()] == [
         (1, 0.0, 1.0), (1, 1.0, 1.0), (1, 0.0, 1.0)]
     assert rows["box-hits more"]["box-hits recall"] == 1.0 and rows["box-hits more"]["turn-rag recall"] == 0.5
@@ -394,7 +397,7 @@ def test_the_report_splits_questions_by_which_context_held_more_evidence():
     for r in records:  # `versus`: two runs of the same questions; the second with one recall changed
         r.update({k: 1.0 for k in report.VERSUS_KEYS if k != "recall@1000"})
     old = [dict(r, **({"recall@1000": 0.0} if (r["qid"], r["mode"]) == ("b", "box-hits") else {})) for r in records]
-    rows = {(r["mode"], r["run"]): r for r in report.versus(records, old, ["box-hits", "turn-rag"])}
+    rows = {(r["mode"], r["run"]): r for r in paired.versus(records, old, ["box-hits", "turn-rag"])}
     box, box_old, turn = rows[("box-hits", "new")], rows[("box-hits", "old")], rows[("turn-rag", "new")]
     assert (box["questions"], turn["questions"]) == (4, 3)  # per mode, the answerable questions both runs hold
     assert (box["recall@1000"], box_old["recall@1000"], box["recall@500"]) == (62.5, 50.0, 100.0)

@@ -151,7 +151,7 @@ def built_pair(tmp_path, judge: str, messages):
 
 @pytest.mark.integration
 def test_same_boxes_extractions_and_answers(tmp_path):
-    messages = load_messages(DEMO)[:12]
+    messages = load_messages(DEMO)[:8]
     with built_pair(tmp_path, "embedding", messages) as (a, b):
         sa, sb = box_summary(a), box_summary(b)
         assert [s[0] for s in sa] == [s[0] for s in sb]  # boxes: embedding judge, LLM-free
@@ -165,6 +165,7 @@ def test_same_boxes_extractions_and_answers(tmp_path):
 
 
 @pytest.mark.integration
+@pytest.mark.long
 def test_llm_judge_labels_mostly_agree(tmp_path):
     """Labels: first-token logits (in process) vs. schema-constrained generation (server)."""
     messages = load_messages(DEMO)[:12]

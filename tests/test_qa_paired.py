@@ -1,4 +1,4 @@
-"""benchmarks/qa_paired.py: arms compared on the questions every one answered."""
+"""membox_local/evaluation/paired.py (benchmarks/qa_paired.py): arms compared on the questions every one answered."""
 from __future__ import annotations
 
 import json

@@ -187,6 +187,7 @@ def test_the_report_finds_500s_tracebacks_and_messages_lost_doubled_or_stored_af
 
 
 @pytest.mark.integration
+@pytest.mark.long
 def test_a_minute_of_mixed_load_on_the_real_server_has_no_500_and_loses_nothing(tmp_path):
     """`membox serve --config cpu-fast` (SmolLM2 + MiniLM) under 4 clients for a minute: no 5xx, no traceback,
     every accepted message stored once."""
