@@ -395,7 +395,7 @@ def test_the_report_splits_questions_by_which_context_held_more_evidence():
     assert table.splitlines()[2] == "| box-hits more | 1 | 0 | 1 | 100.0 | 50.0 |"
 
     for r in records:  # `versus`: two runs of the same questions; the second with one recall changed
-        r.update({k: 1.0 for k in report.VERSUS_KEYS if k != "recall@1000"})
+        r.update({k: 1.0 for k in paired.VERSUS_KEYS if k != "recall@1000"})
     old = [dict(r, **({"recall@1000": 0.0} if (r["qid"], r["mode"]) == ("b", "box-hits") else {})) for r in records]
     rows = {(r["mode"], r["run"]): r for r in paired.versus(records, old, ["box-hits", "turn-rag"])}
     box, box_old, turn = rows[("box-hits", "new")], rows[("box-hits", "old")], rows[("turn-rag", "new")]
