@@ -172,10 +172,10 @@ def test_the_demo_on_the_real_cpu_stack(tmp_path):
     from membox_local.backends.router import StageRouter
 
     # the event graph's calls on an llama.cpp instance of their own (the same small model, another context size)
-    cfg = load_config("cpu-fast", {"memory.systems": ["membox", "eventweave"], "retrieve.mode": "event-graph",
+    cfg = load_config("cpu-fast", {"memory.systems": ["eventweave"], "retrieve.mode": "event-graph",
                                    "eventweave.llm": {"n_ctx": 3072}})
     demo = load_jsonl(DEMO)
-    msgs = [m for s in ("1", "2") for m in [x for x in demo if x.session == s][:8]]  # 8 lines of two sessions each
+    msgs = [m for s in ("1", "2") for m in [x for x in demo if x.session == s][:4]]  # 4 lines of two sessions each
     with Memory(tmp_path / "real", cfg) as mem:
         mem.add(msgs, seal=True)
         assert isinstance(mem.backend, StageRouter) and mem.backend.routes["ew-extract"] is not mem.backend.default

@@ -360,25 +360,6 @@ def test_boxes_only_builds_the_other_systems_in_full_on_the_same_boxes(tmp_path,
             progress=False)
 
 
-def test_next_turn_script_generates_both_conditions_resumes_and_saves_no_text(tmp_path, data):
-    nt = script("next_turn")
-    _event_graph_build(tmp_path, data)
-    saved, recs = tmp_path / "nt.json", tmp_path / "nt.jsonl"
-    args = ["--data", str(data), "--conversations", "tiny", "--builds", str(tmp_path / "builds"), "--turns", "2",
-            "--recent", "3", "--records", str(recs), "--save", str(saved)]
-    backend = FakeBackend()
-    assert nt.main(args, embedder=FakeEmbedder(), backend=backend) == 0
-    got = json.loads(saved.read_text())
-    assert [(r["message_id"], r["condition"]) for r in got["records"]] == [
-        (m, c) for m in ("D2:3", "D2:4") for c in ("none", "event-graph")]
-    assert len(got["table"]) == 4 and sum(s == "next-turn" for s, _ in backend.calls) == 4
-    text = json.dumps(got)
-    assert not any(t in text for _, t in SESSION_1 + SESSION_2)  # no turn text in the committed file
-    again = FakeBackend()
-    assert nt.main(args, embedder=FakeEmbedder(), backend=again) == 0
-    assert again.calls == [] and len(recs.read_text().splitlines()) == 4  # resumed: nothing generated twice
-
-
 def test_answer_models_report_saves_only_the_questions_every_model_answered(tmp_path, data, capsys):
     import gzip
     am = script("answer_models")

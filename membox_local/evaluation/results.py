@@ -99,7 +99,7 @@ def pooled_summary(path: str | Path, data: str | Path, modes: list[str] | None =
     path = Path(path)
     meta, records = _load(path)
     if not records:
-        raise InputError(f"{path}: no saved records; save run folders first (locomo_bench.py save)")
+        raise InputError(f"{path}: no saved records; save run folders first (membox_local.evaluation.results.save_results)")
     fixed = meta["fixed"]
     have = list(dict.fromkeys(key[0] for key in records))
     convs = conversations or have
