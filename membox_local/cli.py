@@ -12,6 +12,7 @@ from pathlib import Path
 from .argtypes import Parser, count, nonblank, number
 from .backends.base import BackendError
 from .config import DEFAULT_CONFIG, ConfigError, load_config
+from .exports import FORMATS, load_input
 from .ingest import InputError, load_messages
 from .weights import ModelNotFound
 from .store import StoreError
@@ -46,7 +47,10 @@ def _say(args, line: str) -> None:
 def cmd_build(args) -> int:
     from .memory import Memory, memory_config, preflight_models
 
-    messages = load_messages(args.data, args.conversations)  # validated in full before any write
+    read = load_input(args.data, args.conversations, args.format, args.user)  # validated in full before any write
+    messages = read.messages
+    if read.format in FORMATS:
+        _say(args, f"{args.data}: {read.summary()}")
     cfg = memory_config(args.store, args.config)  # no --config: the one the memory was built with, else DEFAULT_CONFIG
     convs = list(dict.fromkeys(m.conversation_id for m in messages))
     if args.jobs is None:
@@ -373,10 +377,16 @@ CONFIG_HELP = ("config name in configs/ or a .toml path (default: the config the
 
 def _add_build(sub) -> None:
     """`membox build`."""
-    b = sub.add_parser("build", help="file a conversation file (LoCoMo .json or messages .jsonl) into a memory")
-    b.add_argument("data", help="a LoCoMo .json file, or a .jsonl file of messages (one JSON object per line)")
+    b = sub.add_parser("build", help="file a conversation file (LoCoMo .json, messages .jsonl or a chat export) into "
+                                     "a memory")
+    b.add_argument("data", help="a LoCoMo .json file, a .jsonl file of messages (one JSON object per line), or a chat "
+                                "export: ChatGPT or Claude conversations.json, WhatsApp's chat .txt, a 'Name: text' "
+                                "transcript (docs/import.md)")
     b.add_argument("--store", required=True, help="memory folder (created if missing)")
     b.add_argument("--config", help=CONFIG_HELP)
+    b.add_argument("--format", choices=FORMATS, help="read DATA as this chat export instead of telling it by its "
+                                                     "content (docs/import.md)")
+    b.add_argument("--user", default="", help="a chat export: the name of its own person (default: user)")
     b.add_argument("--conversations", nargs="*", help="only these conversation ids")
     b.add_argument("--keep-open", action="store_true", help="leave each conversation's last box open")
     b.add_argument("--batch-size", type=count(1), default=8,

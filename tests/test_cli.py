@@ -336,3 +336,20 @@ def test_the_readme_python_snippet_runs_as_written(tmp_path, doubles, monkeypatc
         msgs = mem.store.messages("alice")
         assert [m.speaker for m in msgs] == ["Alice", "Coach", "Alice"] and mem.boxes()
         assert mem.config.name == DEFAULT_CONFIG and stored_config("stores/alice").name == DEFAULT_CONFIG
+
+
+def test_build_reads_a_chat_export_says_what_it_read_and_files_it_once(tmp_path, doubles, capsys):
+    """`membox build FILE` on a transcript (membox_local/exports.py; every format: tests/test_exports.py): the format
+    told by the content or forced, what was read and skipped said in one line, a second build adds nothing."""
+    from test_exports import TRANSCRIPT
+
+    data, store = tmp_path / "talk.txt", tmp_path / "mem"
+    data.write_text(TRANSCRIPT)
+    assert main(["build", str(data), "--store", str(store), "--config", str(config(tmp_path))]) == 0
+    assert main(["build", str(data), "--store", str(store), "--format", "transcript"]) == 0
+    err = capsys.readouterr().err
+    assert err.count("read as transcript: 3 messages in 1 conversation(s); skipped nothing") == 2
+    assert "3 new messages" in err and "0 new messages (3 already stored)" in err
+    with pytest.raises(SystemExit) as exit_:
+        main(["build", str(data), "--store", str(store), "--format", "slack"])
+    assert exit_.value.code == 2 and "invalid choice: 'slack'" in capsys.readouterr().err

@@ -1,0 +1,297 @@
+"""Chat exports from the apps people use, read into messages (issue 67): ChatGPT's and Claude's data exports
+(`conversations.json`), WhatsApp's "Export chat" text and a plain transcript ("Name: text" lines, with optional
+date lines between them).
+
+`load_input(path, conversations, fmt)` is what `membox build FILE` reads: the format is told by the file's content
+(`detect`), or forced (`--format NAME`); LoCoMo JSON and messages JSONL go to ingest.load_messages as before. Every
+message is checked as a JSONL record is (ingest.message_from_record) before anything is written.
+
+What each becomes: a conversation per chat (ChatGPT and Claude: the export's conversation id; WhatsApp and a
+transcript: the file's name), speakers by name ("user" / "assistant" where the export names none, or the name given
+for the user), the session a calendar day (its ISO date), a message id that is the export's own where it has one
+and else derived from speaker, text and time (ingest.MessageIds), so that reading the same export again adds
+nothing. Skipped and counted (`Read.skipped`): system and tool messages, attachments and media, empty messages, and
+ChatGPT's regenerated or abandoned branches (the kept branch is the one that ends at the conversation's
+`current_node`). Nothing else of an export is stored.
+"""
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+from .dates import absolute_day
+from .ingest import InputError, MessageIds, load_messages, message_from_record, read_json
+from .records import Message
+
+FORMATS = ("chatgpt", "claude", "whatsapp", "transcript")
+
+
+@dataclass
+class Read:
+    """Messages read from an export, the format they were read as, and what was skipped (reason -> count)."""
+
+    messages: list[Message]
+    format: str
+    skipped: Counter = field(default_factory=Counter)
+
+    def summary(self) -> str:
+        skipped = ", ".join(f"{n} {why}" for why, n in sorted(self.skipped.items())) or "nothing"
+        convs = len(dict.fromkeys(m.conversation_id for m in self.messages))
+        return f"read as {self.format}: {len(self.messages)} messages in {convs} conversation(s); skipped {skipped}"
+
+
+def load_input(path: str | Path, conversations: list[str] | None = None, fmt: str | None = None,
+               user: str = "") -> Read:
+    """The messages of a conversation file: a chat export (its format detected, or `fmt`), else LoCoMo JSON or
+    messages JSONL (ingest.load_messages). `user`: the name of the export's own person ("user" when not given)."""
+    path = Path(path)
+    if fmt is not None and fmt not in FORMATS:
+        raise InputError(f"--format {fmt}: not a format this reads; it reads {', '.join(FORMATS)}")
+    try:
+        missing = not path.exists()
+    except OSError as exc:  # a name too long for the file system
+        raise InputError(f"{path}: cannot read it ({exc.strerror})") from None
+    if missing:
+        raise InputError(f"{path}: no such file")
+    fmt = fmt or detect(path)
+    if fmt is None:
+        return Read(load_messages(path, conversations), "locomo json" if path.suffix == ".json" else "messages jsonl")
+    read = READERS[fmt](path, user or "user")
+    if conversations:
+        known = list(dict.fromkeys(m.conversation_id for m in read.messages))
+        missing = [c for c in conversations if c not in known]
+        if missing:
+            raise InputError(f"{path}: no conversation {missing}; the export has {known[:10]}")
+        read.messages = [m for m in read.messages if m.conversation_id in conversations]
+    if not read.messages:
+        raise InputError(f"{path}: read as {fmt}, but it holds no message to file ({read.summary()})")
+    return read
+
+
+def detect(path: Path) -> str | None:
+    """The export format a file's content shows, or None (LoCoMo JSON, messages JSONL: ingest's formats)."""
+    if path.suffix == ".jsonl":
+        return None
+    if path.suffix == ".json":
+        data = read_json(path)
+        first = data[0] if isinstance(data, list) and data and isinstance(data[0], dict) else {}
+        return "chatgpt" if "mapping" in first else "claude" if "chat_messages" in first else None
+    lines = [line for line in _text(path).splitlines()[:50] if line.strip()]
+    if any(_WHATSAPP.match(line.lstrip("\u200e")) for line in lines):
+        return "whatsapp"
+    if sum(bool(_NAMED.match(line)) for line in lines) >= max(1, len(lines) // 2):
+        return "transcript"
+    raise InputError(f"{path}: not a format this reads: LoCoMo .json, messages .jsonl, ChatGPT or Claude "
+                     f"conversations.json, WhatsApp's exported chat, or a transcript of 'Name: text' lines")
+
+
+def _text(path: Path) -> str:
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read it ({exc.strerror})") from None
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise InputError(f"{path} line {line}: not valid UTF-8 (byte 0x{data[exc.start]:02x})") from None
+
+
+def _message(out: Read, ids: MessageIds, where: str, conv: str, speaker: str, text: str, moment: datetime | None,
+             message_id: str = "") -> None:
+    """One message checked as a JSONL record is, its session the calendar day of `moment` (None: no date known,
+    session "1"); an empty one is skipped and counted."""
+    if not text.strip():
+        out.skipped["empty"] += 1
+        return
+    day = moment.date().isoformat() if moment is not None else ""
+    rec = {"conversation_id": conv, "speaker": speaker, "text": text.strip(), "session": day or "1",
+           "session_date": day}
+    out.messages.append(message_from_record(ids.fill({**rec, "message_id": message_id} if message_id else rec),
+                                            where, ids))
+
+
+def _moment(value: object, where: str) -> datetime:
+    """Seconds since 1970 or an ISO 8601 string, as a naive UTC datetime."""
+    try:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return datetime.fromtimestamp(value, timezone.utc).replace(tzinfo=None)
+        if isinstance(value, str):
+            moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
+            return moment.astimezone(timezone.utc).replace(tzinfo=None) if moment.tzinfo else moment
+    except (ValueError, OverflowError, OSError):
+        pass
+    raise InputError(f"{where}: no time in {value!r:.60} (seconds since 1970 or an ISO 8601 date)")
+
+
+# ---- ChatGPT and Claude: conversations.json ---------------------------------------------------------------------
+
+def read_chatgpt(path: Path, user: str) -> Read:
+    out, ids, data = Read([], "chatgpt"), MessageIds(), read_json(path)
+    if not isinstance(data, list):
+        raise InputError(f"{path}: a ChatGPT export is a list of conversations")
+    for n, conv in enumerate(data):
+        where = f"{path} conversation {n}"
+        mapping = conv.get("mapping") if isinstance(conv, dict) else None
+        if not isinstance(mapping, dict):
+            raise InputError(f"{where}: no 'mapping' of messages")
+        cid = str(conv.get("conversation_id") or conv.get("id") or f"chatgpt-{n}")
+        branch = _kept_branch(mapping, conv.get("current_node"), where)
+        out.skipped["regenerated or abandoned"] += sum(
+            1 for k, node in mapping.items() if k not in branch and isinstance(node, dict) and node.get("message"))
+        for node_id in branch:
+            try:
+                _chatgpt_node(out, ids, f"{where} node {node_id}", cid, mapping[node_id], conv, user)
+            except (AttributeError, TypeError):  # a field of another shape than the export's
+                raise InputError(f"{where} node {node_id}: not a ChatGPT message (a field of another shape)") from None
+    return out
+
+
+def _chatgpt_node(out: Read, ids: MessageIds, where: str, cid: str, node: dict, conv: dict, user: str) -> None:
+    msg = node.get("message")
+    if not isinstance(msg, dict):
+        return
+    role = (msg.get("author") or {}).get("role")
+    if role not in ("user", "assistant"):
+        out.skipped[f"{role or 'unknown'} message"] += 1
+        return
+    parts = (msg.get("content") or {}).get("parts") or []
+    texts = [p for p in parts if isinstance(p, str)] if isinstance(parts, list) else []
+    out.skipped["attachment"] += len(parts) - len(texts) if isinstance(parts, list) else 1
+    moment = _moment(msg.get("create_time") or conv.get("create_time") or 0, where)
+    _message(out, ids, where, cid, user if role == "user" else "assistant", "\n".join(texts), moment,
+             str(node.get("id") or ""))
+
+
+def _kept_branch(mapping: dict, current: object, where: str) -> list[str]:
+    """The node ids from the root to `current_node` (the branch the person kept), or, without one, down the last
+    child of each node; a parent link that loops or names no node is refused."""
+    if current in mapping:
+        path, seen = [], set()
+        while current is not None:
+            if current in seen or current not in mapping:
+                raise InputError(f"{where}: node {current!r} loops or is missing in the mapping")
+            seen.add(current)
+            path.append(current)
+            current = mapping[current].get("parent")
+        return path[::-1]
+    roots = [k for k, node in mapping.items() if not (node or {}).get("parent")]
+    path = roots[:1]
+    while path and (children := (mapping.get(path[-1]) or {}).get("children")) and len(path) <= len(mapping):
+        path.append(children[-1])
+    return [k for k in path if k in mapping]
+
+
+def read_claude(path: Path, user: str) -> Read:
+    out, ids, data = Read([], "claude"), MessageIds(), read_json(path)
+    if not isinstance(data, list):
+        raise InputError(f"{path}: a Claude export is a list of conversations")
+    for n, conv in enumerate(data):
+        where = f"{path} conversation {n}"
+        if not isinstance(conv, dict) or not isinstance(conv.get("chat_messages"), list):
+            raise InputError(f"{where}: no 'chat_messages'")
+        cid = str(conv.get("uuid") or f"claude-{n}")
+        for k, msg in enumerate(conv["chat_messages"]):
+            here = f"{where} message {k}"
+            if not isinstance(msg, dict):
+                raise InputError(f"{here}: expected an object")
+            text = msg.get("text")
+            if not isinstance(text, str) or not text.strip():
+                content = msg.get("content") if isinstance(msg.get("content"), list) else []
+                text = "\n".join(str(c.get("text", "")) for c in content
+                                 if isinstance(c, dict) and c.get("type") == "text")
+            out.skipped["attachment"] += sum(len(x) for x in (msg.get("attachments"), msg.get("files"))
+                                             if isinstance(x, list))
+            speaker = user if msg.get("sender") == "human" else "assistant"
+            _message(out, ids, here, cid, speaker, text, _moment(msg.get("created_at"), here), str(msg.get("uuid", "")))
+    return out
+
+
+# ---- WhatsApp's exported chat and plain transcripts --------------------------------------------------------------
+
+# [04/03/2024, 09:12:33] Maya: ...   (iOS)      04/03/2024, 09:12 - Maya: ...   (Android)      3/4/24, 9:12 PM - ...
+_WHATSAPP = re.compile(r"^\[?(\d{1,4})[./-](\d{1,2})[./-](\d{1,4}),? (\d{1,2}):(\d{2})(?::(\d{2}))?"
+                       r"\s*([AaPp]\.?[Mm]\.?)?\]?(?: [-\u2013]|:)? (.*)$")
+_NAMED = re.compile(r"^([^:\n]{1,40}?):\s+(.*)$", re.S)  # a message's further lines in its text
+_MEDIA = re.compile(r"^(<media omitted>|<attached: .*>|(image|video|audio|sticker|gif|document) omitted)$", re.I)
+
+
+def read_whatsapp(path: Path, user: str) -> Read:
+    """A line per message, a message's further lines joined to it; a line with no "Name: " is a system line."""
+    out, ids, lines = Read([], "whatsapp"), MessageIds(), _text(path).splitlines()
+    heads = [(n, m) for n, line in enumerate(lines, 1) if (m := _WHATSAPP.match(line.lstrip("\u200e")))]
+    day_first = _day_first([m for _, m in heads])
+    for i, (n, m) in enumerate(heads):
+        end = heads[i + 1][0] - 1 if i + 1 < len(heads) else len(lines)
+        body = "\n".join([m.group(8)] + lines[n:end])
+        named = _NAMED.match(body.lstrip("\u200e"))
+        if named is None:
+            out.skipped["system line"] += 1
+            continue
+        speaker, text = named.group(1).strip("\u200e "), named.group(2).strip("\u200e ")
+        if _MEDIA.match(text.strip()):
+            out.skipped["attachment"] += 1
+            continue
+        _message(out, ids, f"{path} line {n}", path.stem, speaker, text, _whatsapp_time(m, day_first,
+                                                                                       f"{path} line {n}"))
+    return out
+
+
+def _day_first(heads: list[re.Match]) -> bool:
+    """Whether the file writes the day first (04/03 is 4 March): what its dates show, or the day first when none
+    tells (most locales)."""
+    firsts = [int(m.group(1)) for m in heads if len(m.group(1)) <= 2]
+    seconds = [int(m.group(2)) for m in heads]
+    return not (any(s > 12 for s in seconds) and not any(f > 12 for f in firsts))
+
+
+def _whatsapp_time(m: re.Match, day_first: bool, where: str) -> datetime:
+    a, b, c = int(m.group(1)), int(m.group(2)), int(m.group(3))
+    year, month, day = (a, b, c) if len(m.group(1)) == 4 else (c, b, a) if day_first else (c, a, b)
+    year += 2000 if year < 100 else 0
+    hour, minute, second = int(m.group(4)), int(m.group(5)), int(m.group(6) or 0)
+    half = (m.group(7) or "").lower().replace(".", "")
+    hour = hour % 12 + (12 if half == "pm" else 0) if half else hour
+    try:
+        return datetime(year, month, day, hour, minute, second)
+    except ValueError:
+        raise InputError(f"{where}: not a date and time: {m.group(0)[:40]!r}") from None
+
+
+def read_transcript(path: Path, user: str) -> Read:
+    """"Name: text" lines; a line that is a date by itself (a "#" or "---" around it allowed) starts that day's
+    session; any other line continues the message before it. Before any date line the session is "1", undated."""
+    out, ids = Read([], "transcript"), MessageIds()
+    moment, pending = None, None
+    for n, line in enumerate(_text(path).splitlines(), 1):
+        stripped = line.strip().strip("#-= ").strip()
+        named = _NAMED.match(line.strip())
+        try:
+            day = absolute_day(stripped) if stripped and (named is None or not named.group(2).strip()) else None
+        except (ValueError, OverflowError):  # a date the parser cannot hold: not a date line
+            day = None
+        if day is not None:
+            pending = _flush(out, ids, path, pending)
+            moment = datetime(day.year, day.month, day.day)
+        elif named is not None:
+            pending = _flush(out, ids, path, pending)
+            pending = [n, named.group(1).strip(), named.group(2), moment]
+        elif pending is not None and line.strip():
+            pending[2] += "\n" + line.strip()
+        elif line.strip():
+            raise InputError(f"{path} line {n}: expected 'Name: text' or a date, got {line.strip()[:60]!r}")
+    _flush(out, ids, path, pending)
+    return out
+
+
+def _flush(out: Read, ids: MessageIds, path: Path, pending: list | None) -> None:
+    if pending is not None:
+        n, speaker, text, moment = pending
+        _message(out, ids, f"{path} line {n}", path.stem, speaker, text, moment)
+    return None
+
+
+READERS = {"chatgpt": read_chatgpt, "claude": read_claude, "whatsapp": read_whatsapp, "transcript": read_transcript}

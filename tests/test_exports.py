@@ -1,0 +1,133 @@
+"""Chat exports read into messages (membox_local/exports.py): samples of each format written from its documentation,
+told apart by content, what is skipped counted, ids stable so that a second import adds nothing."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from membox_local.exports import detect, load_input
+from membox_local.ingest import InputError
+
+# ChatGPT: a tree of nodes; the person regenerated the first answer (the kept branch ends at current_node)
+CHATGPT = [{
+    "title": "Half marathon", "create_time": 1709546400.0, "conversation_id": "c-run", "current_node": "a2",
+    "mapping": {
+        "root": {"id": "root", "message": None, "parent": None, "children": ["sys"]},
+        "sys": {"id": "sys", "parent": "root", "children": ["u1"],
+                "message": {"author": {"role": "system"}, "content": {"content_type": "text", "parts": [""]}}},
+        "u1": {"id": "u1", "parent": "sys", "children": ["a1", "a2"],
+               "message": {"author": {"role": "user"}, "create_time": 1709546400.0,
+                           "content": {"content_type": "multimodal_text",
+                                       "parts": [{"asset_pointer": "file-1"}, "I signed up for the Lisbon half 🏃"]}}},
+        "a1": {"id": "a1", "parent": "u1", "children": [],
+               "message": {"author": {"role": "assistant"}, "create_time": 1709546460.0,
+                           "content": {"content_type": "text", "parts": ["An answer that was regenerated."]}}},
+        "a2": {"id": "a2", "parent": "u1", "children": ["t1"],
+               "message": {"author": {"role": "assistant"}, "create_time": 1709546470.0,
+                           "content": {"content_type": "text", "parts": ["Great! When is the race?"]}}},
+        "t1": {"id": "t1", "parent": "a2", "children": [],
+               "message": {"author": {"role": "tool", "name": "browser"}, "create_time": 1709546480.0,
+                           "content": {"content_type": "text", "parts": ["search results"]}}},
+    }}]
+
+CLAUDE = [{"uuid": "k-1", "name": "Bakery", "chat_messages": [
+    {"uuid": "m1", "sender": "human", "text": "Rosa taught me to shape baguettes.",
+     "created_at": "2024-03-04T09:00:00Z", "attachments": [{"file_name": "loaf.jpg"}]},
+    {"uuid": "m2", "sender": "assistant", "text": "", "content": [{"type": "text", "text": "Nice! How did it go?"}],
+     "created_at": "2024-03-05T09:00:00.000000+00:00"},
+    {"uuid": "m3", "sender": "human", "text": "  ", "created_at": "2024-03-05T09:01:00Z"}]}]
+
+WHATSAPP_ANDROID = """04/03/2024, 09:12 - Messages and calls are end-to-end encrypted.
+04/03/2024, 09:12 - Maya: I signed up for the Lisbon half marathon!
+It is in June.
+04/03/2024, 09:13 - Tom: <Media omitted>
+13/03/2024, 21:05 - Tom: שלום! Pepper knocked a glass off the table 😹
+"""
+WHATSAPP_IOS_US = """[3/4/24, 9:12:33 AM] Maya: Hi Tom!
+[3/13/24, 9:05:01 PM] Tom: image omitted
+[3/13/24, 9:05:30 PM] Tom: Pepper is settling in.
+"""
+TRANSCRIPT = """# 4 March 2024
+Maya: I signed up for the Lisbon half marathon.
+Tom: No way!
+That's huge.
+
+--- 11 March 2024 ---
+Maya: My knee hurts after long runs.
+"""
+
+
+def write(tmp_path, name, content):
+    path = tmp_path / name
+    path.write_text(content if isinstance(content, str) else json.dumps(content), encoding="utf-8")
+    return path
+
+
+def test_chatgpt_keeps_the_branch_the_person_kept_and_counts_what_it_skipped(tmp_path):
+    path = write(tmp_path, "conversations.json", CHATGPT)
+    assert detect(path) == "chatgpt"
+    read = load_input(path, user="Maya")
+    assert [(m.message_id, m.speaker, m.text) for m in read.messages] == [
+        ("u1", "Maya", "I signed up for the Lisbon half 🏃"), ("a2", "assistant", "Great! When is the race?")]
+    assert {m.conversation_id for m in read.messages} == {"c-run"} and read.messages[0].session == "2024-03-04"
+    assert read.skipped == {"regenerated or abandoned": 2, "system message": 1, "attachment": 1}
+    assert "read as chatgpt: 2 messages in 1 conversation(s)" in read.summary()
+
+
+def test_claude_reads_text_or_its_content_parts_and_skips_empty_messages(tmp_path):
+    read = load_input(write(tmp_path, "conversations.json", CLAUDE))
+    assert [(m.message_id, m.speaker, m.text, m.session) for m in read.messages] == [
+        ("m1", "user", "Rosa taught me to shape baguettes.", "2024-03-04"),
+        ("m2", "assistant", "Nice! How did it go?", "2024-03-05")]
+    assert read.skipped == {"attachment": 1, "empty": 1}
+
+
+@pytest.mark.parametrize("text, want", [
+    (WHATSAPP_ANDROID, [("Maya", "I signed up for the Lisbon half marathon!\nIt is in June.", "2024-03-04"),
+                        ("Tom", "שלום! Pepper knocked a glass off the table 😹", "2024-03-13")]),
+    (WHATSAPP_IOS_US, [("Maya", "Hi Tom!", "2024-03-04"), ("Tom", "Pepper is settling in.", "2024-03-13")]),
+], ids=["android-24h-day-first", "ios-12h-month-first"])
+def test_whatsapp_lines_clocks_and_locales(tmp_path, text, want):
+    path = write(tmp_path, "chat.txt", text)
+    assert detect(path) == "whatsapp"
+    read = load_input(path)
+    assert [(m.speaker, m.text, m.session) for m in read.messages] == want
+    assert read.skipped["attachment"] == 1 and {m.conversation_id for m in read.messages} == {"chat"}
+
+
+def test_a_transcript_takes_its_date_lines_as_sessions_and_joins_continued_lines(tmp_path):
+    read = load_input(write(tmp_path, "talk.txt", TRANSCRIPT))
+    assert read.format == "transcript"
+    assert [(m.speaker, m.text, m.session_date) for m in read.messages] == [
+        ("Maya", "I signed up for the Lisbon half marathon.", "2024-03-04"), ("Tom", "No way!\nThat's huge.", "2024-03-04"),
+        ("Maya", "My knee hurts after long runs.", "2024-03-11")]
+
+
+def test_the_same_export_read_again_has_the_same_ids_and_a_memory_adds_nothing_twice(tmp_path, cfg):
+    from membox_local.memory import Memory
+    from membox_local.testing import FakeBackend, FakeEmbedder
+
+    path = write(tmp_path, "chat.txt", WHATSAPP_ANDROID + WHATSAPP_ANDROID.splitlines(True)[-1])  # said twice
+    first, again = load_input(path).messages, load_input(path).messages
+    assert [m.message_id for m in first] == [m.message_id for m in again] and len({m.message_id for m in first}) == 3
+    with Memory(tmp_path / "mem", cfg, backend=FakeBackend(), embedder=FakeEmbedder()) as mem:
+        assert mem.store.add_messages(first) == 3 and mem.store.add_messages(again) == 0
+
+
+def test_what_no_reader_takes_is_refused_in_one_line_naming_the_place(tmp_path):
+    with pytest.raises(InputError, match="not a format this reads"):
+        load_input(write(tmp_path, "notes.txt", "just some notes\nwith no speakers at all\nnor dates\n"))
+    with pytest.raises(InputError, match=r"conversation 0: no 'mapping'"):
+        load_input(write(tmp_path, "c.json", [{"title": "x"}]), fmt="chatgpt")
+    looped = [{**CHATGPT[0], "mapping": {**CHATGPT[0]["mapping"], "u1": {**CHATGPT[0]["mapping"]["u1"], "parent": "a2"}}}]
+    with pytest.raises(InputError, match="conversation 0: node .* loops"):
+        load_input(write(tmp_path, "loop.json", looped))
+    odd = [{**CHATGPT[0], "mapping": {**CHATGPT[0]["mapping"], "a2": {**CHATGPT[0]["mapping"]["a2"],
+                                                                       "message": {"author": "assistant"}}}}]
+    with pytest.raises(InputError, match="conversation 0 node a2: not a ChatGPT message"):
+        load_input(write(tmp_path, "odd.json", odd))
+    with pytest.raises(InputError, match="--format slack: not a format"):
+        load_input(write(tmp_path, "t.txt", TRANSCRIPT), fmt="slack")
+    with pytest.raises(InputError, match="holds no message to file"):
+        load_input(write(tmp_path, "empty.txt", "04/03/2024, 09:12 - Messages are end-to-end encrypted.\n"))
