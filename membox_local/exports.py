@@ -75,10 +75,13 @@ def detect(path: Path) -> str | None:
     """The export format a file's content shows, or None (LoCoMo JSON, messages JSONL: ingest's formats)."""
     if path.suffix == ".jsonl":
         return None
-    if path.suffix == ".json":
-        data = read_json(path)
-        first = data[0] if isinstance(data, list) and data and isinstance(data[0], dict) else {}
-        return "chatgpt" if "mapping" in first else "claude" if "chat_messages" in first else None
+    try:
+        with path.open("rb") as fh:
+            head = fh.read(1 << 16).decode("utf-8", "ignore").lstrip("\ufeff \t\r\n")
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read it ({exc.strerror})") from None
+    if head.startswith(("[", "{")):  # JSON: the export's own keys near the start tell it (the file is read once)
+        return "chatgpt" if '"mapping"' in head else "claude" if '"chat_messages"' in head else None
     lines = [line for line in _text(path).splitlines()[:50] if line.strip()]
     if any(_WHATSAPP.match(line.lstrip("\u200e")) for line in lines):
         return "whatsapp"
