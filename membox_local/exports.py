@@ -80,7 +80,7 @@ def detect(path: Path) -> str | None:
             head = fh.read(1 << 16).decode("utf-8", "ignore").lstrip("\ufeff \t\r\n")
     except OSError as exc:
         raise InputError(f"{path}: cannot read it ({exc.strerror})") from None
-    if head.startswith(("[", "{")):  # JSON: the export's own keys near the start tell it (the file is read once)
+    if re.match(r"\{|\[\s*[\[{\"\]]", head):  # JSON (not WhatsApp's "[3/4/24, ..."): its keys near the start tell it
         return "chatgpt" if '"mapping"' in head else "claude" if '"chat_messages"' in head else None
     lines = [line for line in _text(path).splitlines()[:50] if line.strip()]
     if any(_WHATSAPP.match(line.lstrip("\u200e")) for line in lines):
