@@ -46,7 +46,8 @@ demo: $(STAMP)
 
 # `make test`: every test but those marked `long` (they are `make test-long`), then the numeric ones on another
 # BLAS kernel; `make test-long` is the minutes of the real stack beyond that (a soak minute on the real server,
-# cpu.toml's LLM-judged builds and link calls, the LLM judge through llama.cpp's server)
+# cpu.toml's LLM-judged builds, link calls and switch rule, the latency harness and the in-process / llama.cpp
+# server parity on the real models, the vector index's memory account)
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not long"
 	$(MAKE) --no-print-directory test-numeric

@@ -19,7 +19,7 @@ LAYERS: list[tuple[str, set[str]]] = [
     ("retrieval modes", {"retrieval", "retrieval.baselines", "retrieval.compact", "retrieval.boxhits",
                          "retrieval.lexical", "retrieval.eventgraph", "retrieval.eventkeys"}),
     ("registry", {"systems"}),
-    ("storage, models, input", {"store", "store_lock", "store_connections", "index", "weights", "ingest", "prompts", "backends",
+    ("storage, models, input", {"store", "store_lock", "store_connections", "index", "weights", "ingest", "exports", "prompts", "backends",
                                 "backends.llamacpp", "backends.llamacpp_grammar", "backends.openai", "backends.vllm",
                                 "backends.transformers",
                                 "backends.router",
@@ -36,6 +36,7 @@ LAYERS: list[tuple[str, set[str]]] = [
                       "graph_cli", "api_models", "service", "server", "server_guard", "mcp_server",
                       "evaluation.scorers", "evaluation.segmentation", "evaluation.locomo", "evaluation.locomo_report", "evaluation.longmemeval", "evaluation.results",
                       "evaluation.integrity", "evaluation.crash", "evaluation.soak", "evaluation.latency", "evaluation.backtracking", "evaluation.next_turn", "evaluation.bounded",
+                      "evaluation.paired", "evaluation.records",
                       "fit", "fit.*"}),
 ]
 

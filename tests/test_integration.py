@@ -221,7 +221,7 @@ def check_demo(store, out: str, base: str) -> None:
             assert all(k.lower() in text for b, text in zip(boxes, texts) for k in b.keywords)
 
 
-@pytest.mark.parametrize("config", ["cpu", "cpu-switch"])
+@pytest.mark.parametrize("config", ["cpu", pytest.param("cpu-switch", marks=pytest.mark.long)])
 def test_the_cpu_judges_score_lines_with_the_real_model(config):
     """configs/cpu.toml's judge (MiniLM cues, the fitted content vector, the LLM's PMI against the
     conversation's level, and the hard-switch rule) and configs/cpu-switch.toml's (the PMI's ratio to the

@@ -150,6 +150,7 @@ def test_the_script_saves_the_command_date_machine_and_indices_but_no_text(monke
 
 
 @pytest.mark.integration
+@pytest.mark.long
 def test_one_question_per_mode_on_the_demo_with_the_real_stack(tmp_path):
     """The demo's first session built with cpu-fast (SmolLM2), one question cold (`membox ask`) and warm (`membox
     serve`)."""

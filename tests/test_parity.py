@@ -150,6 +150,7 @@ def built_pair(tmp_path, judge: str, messages):
 
 
 @pytest.mark.integration
+@pytest.mark.long
 def test_same_boxes_extractions_and_answers(tmp_path):
     messages = load_messages(DEMO)[:8]
     with built_pair(tmp_path, "embedding", messages) as (a, b):

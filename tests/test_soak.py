@@ -379,6 +379,7 @@ print(index.held_bytes() * 10_000 / 10_001, rss_bytes() - before)  # the first i
 """
 
 
+@pytest.mark.long
 def test_an_index_account_agrees_with_the_resident_memory_its_items_add(tmp_path):
     """VectorIndex.held_bytes against what 10,000 MiniLM-sized items add to resident memory.
 
