@@ -82,6 +82,8 @@ def detect(path: Path) -> str | None:
         raise InputError(f"{path}: cannot read it ({exc.strerror})") from None
     if re.match(r"\{|\[\s*[\[{\"\]]", head):  # JSON (not WhatsApp's "[3/4/24, ..."): its keys near the start tell it
         return "chatgpt" if '"mapping"' in head else "claude" if '"chat_messages"' in head else None
+    if path.suffix == ".json":  # not an export's JSON: LoCoMo's reader says what is wrong with it
+        return None
     lines = [line for line in _text(path).splitlines()[:50] if line.strip()]
     if any(_WHATSAPP.match(line.lstrip("\u200e")) for line in lines):
         return "whatsapp"

@@ -45,6 +45,7 @@ from membox_local import backends, continuity, memory
 from membox_local.cli import main, one_line
 from membox_local.config import DEFAULT_CONFIG, ConfigError, load_config
 from membox_local.dates import absolute_day
+from membox_local.exports import load_input
 from membox_local.ingest import (CHAT, OPTIONAL, REQUIRED, TIMESTAMP_MAX_CHARS, InputError, as_messages, load_jsonl,
                                  load_messages)
 from membox_local.memory import Memory
@@ -826,7 +827,7 @@ def test_cli_build(built, case, existing, select):
         sel = ["--conversations", *select] if select else []
         reader_err = None
         try:
-            load_messages(p, select)
+            load_input(p, select)  # the command's reader: a chat export, or ingest.load_messages
         except InputError as exc:
             reader_err = exc
         rc, out, err = _cli_case(prop, ["build", str(p), "--store", str(store), *ONE, *sel])
