@@ -9,6 +9,7 @@ set -u
 src=$(cd "$(dirname "$0")/.." && pwd)
 dir=${1:-/tmp/membox-fresh}
 result=${2:-$src/benchmarks/results/fresh-clone.json}
+case "$result" in /*) ;; *) result="$PWD/$result" ;; esac  # the clone is entered next: a relative path would land there
 rm -rf "$dir" && git clone -q "$src" "$dir" && cd "$dir" || exit 1
 export PIP_NO_CACHE_DIR=1
 rows=()
