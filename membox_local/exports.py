@@ -134,11 +134,17 @@ def _moment(value: object, where: str) -> datetime:
 
 # ---- ChatGPT and Claude: conversations.json ---------------------------------------------------------------------
 
-def read_chatgpt(path: Path, user: str) -> Read:
-    out, ids, data = Read([], "chatgpt"), MessageIds(), read_json(path)
+def _conversations(path: Path, app: str) -> list:
+    """The conversations of a `conversations.json` export: a JSON list, else refused naming the app."""
+    data = read_json(path)
     if not isinstance(data, list):
-        raise InputError(f"{path}: a ChatGPT export is a list of conversations")
-    for n, conv in enumerate(data):
+        raise InputError(f"{path}: a {app} export is a list of conversations")
+    return data
+
+
+def read_chatgpt(path: Path, user: str) -> Read:
+    out, ids = Read([], "chatgpt"), MessageIds()
+    for n, conv in enumerate(_conversations(path, "ChatGPT")):
         where = f"{path} conversation {n}"
         mapping = conv.get("mapping") if isinstance(conv, dict) else None
         if not isinstance(mapping, dict):
@@ -191,10 +197,8 @@ def _kept_branch(mapping: dict, current: object, where: str) -> list[str]:
 
 
 def read_claude(path: Path, user: str) -> Read:
-    out, ids, data = Read([], "claude"), MessageIds(), read_json(path)
-    if not isinstance(data, list):
-        raise InputError(f"{path}: a Claude export is a list of conversations")
-    for n, conv in enumerate(data):
+    out, ids = Read([], "claude"), MessageIds()
+    for n, conv in enumerate(_conversations(path, "Claude")):
         where = f"{path} conversation {n}"
         if not isinstance(conv, dict) or not isinstance(conv.get("chat_messages"), list):
             raise InputError(f"{where}: no 'chat_messages'")
