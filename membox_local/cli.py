@@ -380,8 +380,8 @@ def _add_build(sub) -> None:
     b = sub.add_parser("build", help="file a conversation file (LoCoMo .json, messages .jsonl or a chat export) into "
                                      "a memory")
     b.add_argument("data", help="a LoCoMo .json file, a .jsonl file of messages (one JSON object per line), or a chat "
-                                "export: ChatGPT or Claude conversations.json, WhatsApp's chat .txt, a 'Name: text' "
-                                "transcript (docs/import.md)")
+                                "export: ChatGPT or Claude conversations.json, Telegram's result.json, WhatsApp's "
+                                "chat .txt, a 'Name: text' transcript (docs/import.md)")
     b.add_argument("--store", required=True, help="memory folder (created if missing)")
     b.add_argument("--config", help=CONFIG_HELP)
     b.add_argument("--format", choices=FORMATS, help="read DATA as this chat export instead of telling it by its "

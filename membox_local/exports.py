@@ -1,6 +1,6 @@
 """Chat exports from the apps people use, read into messages (issue 67): ChatGPT's and Claude's data exports
-(`conversations.json`), WhatsApp's "Export chat" text and a plain transcript ("Name: text" lines, with optional
-date lines between them).
+(`conversations.json`), Telegram Desktop's JSON (`result.json`), WhatsApp's "Export chat" text and a plain transcript
+("Name: text" lines, with optional date lines between them).
 
 `load_input(path, conversations, fmt)` is what `membox build FILE` reads: the format is told by the file's content
 (`detect`), or forced (`--format NAME`); LoCoMo JSON and messages JSONL go to ingest.load_messages as before. Every
@@ -26,7 +26,7 @@ from .dates import absolute_day
 from .ingest import InputError, MessageIds, load_messages, message_from_record, read_json
 from .records import Message
 
-FORMATS = ("chatgpt", "claude", "whatsapp", "transcript")
+FORMATS = ("chatgpt", "claude", "telegram", "whatsapp", "transcript")
 
 
 @dataclass
@@ -81,7 +81,8 @@ def detect(path: Path) -> str | None:
     except OSError as exc:
         raise InputError(f"{path}: cannot read it ({exc.strerror})") from None
     if re.match(r"\{|\[\s*[\[{\"\]]", head):  # JSON (not WhatsApp's "[3/4/24, ..."): its keys near the start tell it
-        return "chatgpt" if '"mapping"' in head else "claude" if '"chat_messages"' in head else None
+        return ("chatgpt" if '"mapping"' in head else "claude" if '"chat_messages"' in head
+                else "telegram" if '"messages"' in head and '"from_id"' in head else None)
     if path.suffix == ".json":  # not an export's JSON: LoCoMo's reader says what is wrong with it
         return None
     lines = [line for line in _text(path).splitlines()[:50] if line.strip()]
@@ -90,7 +91,8 @@ def detect(path: Path) -> str | None:
     if sum(bool(_NAMED.match(line)) for line in lines) >= max(1, len(lines) // 2):
         return "transcript"
     raise InputError(f"{path}: not a format this reads: LoCoMo .json, messages .jsonl, ChatGPT or Claude "
-                     f"conversations.json, WhatsApp's exported chat, or a transcript of 'Name: text' lines")
+                     f"conversations.json, Telegram's result.json, WhatsApp's exported chat, or a transcript of "
+                     f"'Name: text' lines")
 
 
 def _text(path: Path) -> str:
@@ -219,6 +221,42 @@ def read_claude(path: Path, user: str) -> Read:
     return out
 
 
+# ---- Telegram Desktop's JSON export -------------------------------------------------------------------------------
+
+def read_telegram(path: Path, user: str) -> Read:
+    """`result.json` of all chats ({"chats": {"list": [...]}}) or of one chat ({"name", "id", "messages"}): a
+    conversation per chat; a message's text is a string or a list of strings and parts ({"type", "text"}); service
+    messages (joins, calls, pins) and media are skipped."""
+    del user  # Telegram names every sender
+    out, ids, data = Read([], "telegram"), MessageIds(), read_json(path)
+    chats = (data.get("chats") or {}).get("list") if isinstance(data, dict) and "chats" in data else [data]
+    if not isinstance(chats, list):
+        raise InputError(f"{path}: a Telegram export holds 'chats' with a 'list', or one chat's 'messages'")
+    for n, chat in enumerate(chats):
+        where = f"{path} chat {n}"
+        if not isinstance(chat, dict) or not isinstance(chat.get("messages"), list):
+            raise InputError(f"{where}: no 'messages'")
+        cid = f"telegram-{chat.get('id', n)}"
+        for k, msg in enumerate(chat["messages"]):
+            here = f"{where} message {k}"
+            if not isinstance(msg, dict):
+                raise InputError(f"{here}: expected an object")
+            if msg.get("type") != "message":
+                out.skipped["service message"] += 1
+                continue
+            if any(key in msg for key in ("photo", "file", "media_type", "sticker_emoji")):
+                out.skipped["attachment"] += 1
+            text = msg.get("text", "")
+            if isinstance(text, list):
+                text = "".join(p if isinstance(p, str) else str(p.get("text", "")) if isinstance(p, dict) else ""
+                               for p in text)
+            unix = msg.get("date_unixtime")
+            moment = _moment(int(unix) if isinstance(unix, str) and unix.isdigit() else msg.get("date"), here)
+            speaker = str(msg.get("from") or msg.get("from_id") or "unknown")  # a deleted account has no name
+            _message(out, ids, here, cid, speaker, str(text), moment, f"{cid}-{msg.get('id', k)}")
+    return out
+
+
 # ---- WhatsApp's exported chat and plain transcripts --------------------------------------------------------------
 
 # [04/03/2024, 09:12:33] Maya: ...   (iOS)      04/03/2024, 09:12 - Maya: ...   (Android)      3/4/24, 9:12 PM - ...
@@ -303,4 +341,5 @@ def _flush(out: Read, ids: MessageIds, path: Path, pending: list | None) -> None
     return None
 
 
-READERS = {"chatgpt": read_chatgpt, "claude": read_claude, "whatsapp": read_whatsapp, "transcript": read_transcript}
+READERS = {"chatgpt": read_chatgpt, "claude": read_claude, "telegram": read_telegram, "whatsapp": read_whatsapp,
+           "transcript": read_transcript}

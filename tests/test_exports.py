@@ -38,6 +38,17 @@ CLAUDE = [{"uuid": "k-1", "name": "Bakery", "chat_messages": [
      "created_at": "2024-03-05T09:00:00.000000+00:00"},
     {"uuid": "m3", "sender": "human", "text": "  ", "created_at": "2024-03-05T09:01:00Z"}]}]
 
+TELEGRAM = {"about": "Here is the data you requested.", "chats": {"list": [{
+    "name": "Tom", "type": "personal_chat", "id": 4242, "messages": [
+        {"id": 1, "type": "service", "date": "2024-03-04T09:00:00", "date_unixtime": "1709542800",
+         "actor": "Maya", "actor_id": "user1", "action": "phone_call"},
+        {"id": 2, "type": "message", "date": "2024-03-04T09:12:33", "date_unixtime": "1709543553", "from": "Maya",
+         "from_id": "user1", "text": ["I signed up for the ", {"type": "bold", "text": "Lisbon half"}, "!"]},
+        {"id": 3, "type": "message", "date": "2024-03-05T10:00:00", "date_unixtime": "1709632800", "from": "Tom",
+         "from_id": "user2", "photo": "photos/1.jpg", "text": "Pepper 😺"},
+        {"id": 4, "type": "message", "date": "2024-03-05T10:01:00", "date_unixtime": "1709632860", "from": None,
+         "from_id": "user3", "text": ""}]}]}}
+
 WHATSAPP_ANDROID = """04/03/2024, 09:12 - Messages and calls are end-to-end encrypted.
 04/03/2024, 09:12 - Maya: I signed up for the Lisbon half marathon!
 It is in June.
@@ -81,6 +92,18 @@ def test_claude_reads_text_or_its_content_parts_and_skips_empty_messages(tmp_pat
         ("m1", "user", "Rosa taught me to shape baguettes.", "2024-03-04"),
         ("m2", "assistant", "Nice! How did it go?", "2024-03-05")]
     assert read.skipped == {"attachment": 1, "empty": 1}
+
+
+def test_telegram_joins_text_parts_names_each_sender_and_skips_service_messages(tmp_path):
+    path = write(tmp_path, "result.json", TELEGRAM)
+    assert detect(path) == "telegram"
+    read = load_input(path)
+    assert [(m.message_id, m.speaker, m.text, m.session) for m in read.messages] == [
+        ("telegram-4242-2", "Maya", "I signed up for the Lisbon half!", "2024-03-04"),
+        ("telegram-4242-3", "Tom", "Pepper 😺", "2024-03-05")]
+    assert read.skipped == {"service message": 1, "attachment": 1, "empty": 1}
+    one_chat = load_input(write(tmp_path, "chat.json", TELEGRAM["chats"]["list"][0]), fmt="telegram")
+    assert [m.message_id for m in one_chat.messages] == [m.message_id for m in read.messages]
 
 
 @pytest.mark.parametrize("text, want", [
