@@ -60,6 +60,7 @@ def load_input(path: str | Path, conversations: list[str] | None = None, fmt: st
     if fmt is None:
         return Read(load_messages(path, conversations), "locomo json" if path.suffix == ".json" else "messages jsonl")
     read = READERS[fmt](path, user or "user")
+    read.skipped = Counter({why: n for why, n in read.skipped.items() if n})  # a count of 0 is nothing skipped
     if conversations:
         known = list(dict.fromkeys(m.conversation_id for m in read.messages))
         missing = [c for c in conversations if c not in known]
