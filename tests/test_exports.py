@@ -159,7 +159,7 @@ def test_what_no_reader_takes_is_refused_in_one_line_naming_the_place(tmp_path):
 @pytest.mark.long
 def test_an_export_of_100000_messages_is_read_whole_with_an_id_each(tmp_path):
     """A generated ChatGPT export of 100 conversations of 1,000 messages (24 MB): every message read once, on the
-    day it was written (a probe on the 2-core VM, 2026-12-07: 3.7 s, the process's peak +64 MB)."""
+    day it was written."""
     convs = []
     for c in range(100):
         mapping, prev = {"root": {"id": "root", "message": None, "parent": None, "children": []}}, "root"
