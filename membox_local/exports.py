@@ -23,7 +23,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from .dates import absolute_day
-from .ingest import InputError, MessageIds, load_messages, message_from_record, read_json
+from .ingest import (InputError, MessageIds, load_messages, message_from_record, read_json, read_text, require_file,
+                     select_conversations)
 from .records import Message
 
 FORMATS = ("chatgpt", "claude", "telegram", "whatsapp", "transcript")
@@ -50,23 +51,13 @@ def load_input(path: str | Path, conversations: list[str] | None = None, fmt: st
     path = Path(path)
     if fmt is not None and fmt not in FORMATS:
         raise InputError(f"--format {fmt}: not a format this reads; it reads {', '.join(FORMATS)}")
-    try:
-        missing = not path.exists()
-    except OSError as exc:  # a name too long for the file system
-        raise InputError(f"{path}: cannot read it ({exc.strerror})") from None
-    if missing:
-        raise InputError(f"{path}: no such file")
+    require_file(path)
     fmt = fmt or detect(path)
     if fmt is None:
         return Read(load_messages(path, conversations), "locomo json" if path.suffix == ".json" else "messages jsonl")
     read = READERS[fmt](path, user or "user")
     read.skipped = Counter({why: n for why, n in read.skipped.items() if n})  # a count of 0 is nothing skipped
-    if conversations:
-        known = list(dict.fromkeys(m.conversation_id for m in read.messages))
-        missing = [c for c in conversations if c not in known]
-        if missing:
-            raise InputError(f"{path}: no conversation {missing}; the export has {known[:10]}")
-        read.messages = [m for m in read.messages if m.conversation_id in conversations]
+    read.messages = select_conversations(read.messages, conversations, path)
     if not read.messages:
         raise InputError(f"{path}: read as {fmt}, but it holds no message to file ({read.summary()})")
     return read
@@ -97,15 +88,7 @@ def detect(path: Path) -> str | None:
 
 
 def _text(path: Path) -> str:
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read it ({exc.strerror})") from None
-    try:
-        return data.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        line = data.count(b"\n", 0, exc.start) + 1
-        raise InputError(f"{path} line {line}: not valid UTF-8 (byte 0x{data[exc.start]:02x})") from None
+    return read_text(path, encoding="utf-8-sig")  # an exported chat may open with a byte order mark
 
 
 def _message(out: Read, ids: MessageIds, where: str, conv: str, speaker: str, text: str, moment: datetime | None,

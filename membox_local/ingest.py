@@ -61,22 +61,32 @@ def _parse_json(text: str, where: str) -> object:
         raise InputError(f"{where}: not valid JSON (nested too deeply)") from None
 
 
-def read_json(path: str | Path, hint: str = "") -> object:
-    """Parse a JSON file; a missing, unreadable (a directory), non-UTF-8 or malformed file is an InputError
-    naming it."""
-    path = Path(path)
+def require_file(path: Path, hint: str = "") -> None:
+    """A path that does not exist, or cannot be asked about, is an InputError naming it."""
     if not _exists(path):
         raise InputError(f"{path}: no such file{hint}")
+
+
+def read_text(path: str | Path, hint: str = "", encoding: str = "utf-8") -> str:
+    """A text file's content; a missing, unreadable (a directory) or non-UTF-8 file is an InputError naming it (and
+    the line of the first bad byte)."""
+    path = Path(path)
+    require_file(path, hint)
     try:
         data = path.read_bytes()
     except OSError as exc:
         raise InputError(f"{path}: cannot read it ({exc.strerror})") from None
     try:
-        text = data.decode("utf-8")
+        return data.decode(encoding)
     except UnicodeDecodeError as exc:
         line = data.count(b"\n", 0, exc.start) + 1
         raise InputError(f"{path} line {line}: not valid UTF-8 (byte 0x{data[exc.start]:02x})") from None
-    return _parse_json(text, str(path))
+
+
+def read_json(path: str | Path, hint: str = "") -> object:
+    """Parse a JSON file; a missing, unreadable (a directory), non-UTF-8 or malformed file is an InputError
+    naming it."""
+    return _parse_json(read_text(path, hint), str(path))
 
 
 def _check_unicode(msg: Message, where: str, names: dict[str, str] | None = None) -> Message:
@@ -419,12 +429,17 @@ def load_messages(path: str | Path, conversations: list[str] | None = None) -> l
     if not _exists(path):
         raise InputError(f"{path}: no such file")
     if path.suffix == ".jsonl":
-        msgs = load_jsonl(path)
-        if conversations:
-            known = list(dict.fromkeys(m.conversation_id for m in msgs))
-            missing = [c for c in conversations if c not in known]
-            if missing:  # as load_locomo: a conversation that is not in the file is an error, not an empty build
-                raise InputError(f"{path}: no conversation {missing}; the file has {known}")
-            msgs = [m for m in msgs if m.conversation_id in conversations]
-        return msgs
+        return select_conversations(load_jsonl(path), conversations, path)
     return load_locomo(path, conversations)
+
+
+def select_conversations(msgs: list[Message], conversations: list[str] | None, path: Path) -> list[Message]:
+    """The messages of the conversations asked for (all when None); one that is not in the file is an error, not
+    an empty build (as load_locomo)."""
+    if not conversations:
+        return msgs
+    known = list(dict.fromkeys(m.conversation_id for m in msgs))
+    missing = [c for c in conversations if c not in known]
+    if missing:
+        raise InputError(f"{path}: no conversation {missing}; the file has {known[:10]}")
+    return [m for m in msgs if m.conversation_id in conversations]
