@@ -39,10 +39,13 @@ class Strict(BaseModel):
 
 
 class MessageIn(Strict):
-    """One message, as a line of a messages JSONL file (README, "Messages JSONL")."""
+    """One message, as a line of a messages JSONL file (README, "Messages JSONL"); the conversation is the
+    request's `conversation_id` unless the message names one; without a `message_id` one is derived from speaker,
+    text and date (as for the chat shape)."""
 
-    conversation_id: Id
-    message_id: Id = Field(description="stable id: posting the same message again is a no-op")
+    conversation_id: Id | None = None
+    message_id: Id | None = Field(None, description="stable id: posting the same message again is a no-op "
+                                                    "(derived when missing)")
     speaker: Id
     text: Text
     session: Label | None = Field(None, description="a new session seals the open box (default: '1')")
@@ -94,7 +97,7 @@ class AddIn(Strict):
 
     messages: Messages
     seal: bool = Field(False, description="seal each conversation's open box once these are filed (its end)")
-    conversation_id: Id | None = Field(None, description="the conversation of messages that name none (chat shape)")
+    conversation_id: Id | None = Field(None, description="the conversation of messages that name none (either shape)")
     user_id: Id | None = None
     agent_id: Id | None = None
     metadata: Metadata | None = Field(None, description="under each message's own metadata (its keys win)")

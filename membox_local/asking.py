@@ -7,6 +7,7 @@ import json
 import sys
 
 from .execution.progress import Waiting
+from .memory_reading import source_list
 from .terminal import unfiltered, visible
 
 
@@ -17,10 +18,13 @@ def print_answers(mem, args) -> None:
         ans = answer_showing_the_wait(mem, args, q, printer)
         if args.json:
             print(json.dumps({"question": q, "answer": ans.text, "boxes": ans.context.box_ids,
-                              "context_tokens": ans.context.tokens}))
+                              "context_tokens": ans.context.tokens, "sources": source_list(ans)}))
             continue
         if printer is None or not printer.finish(ans.text):
             print(f"Q: {visible(q)}\nA: {visible(ans.text)}")
+        if ans.sources:
+            print("   read from " + "; ".join(visible(f"{m.message_id} ({m.speaker}, {m.session_date or 'no date'})")
+                                           for m in ans.sources))
         print(f"   from boxes {ans.context.box_ids} ({ans.context.tokens} context tokens)")
         if args.verbose:
             print("\n".join("   " + visible(line) for line in ans.context.text.split("\n")))

@@ -95,24 +95,10 @@ class LLMConfig:
     # its own instructions in its KV cache between calls; costs ~590 MB of memory per extra instance (0.5B model)
     # (a further 1.3-1.7x on the JSON stages, benchmarks/json_levers.py); false: one instance, instructions read again
     stage_contexts: bool = True
-    # llama.cpp: flash attention (on by default since 2026-12-07; the figures dated before were measured with it
-    # off: add --set llm.flash_attn=false to reproduce them). Off, an instance's attention scores take memory that
-    # grows with the tokens in its KV cache as prompts reach deeper, up to a size reserved for n_ctx (+118 MB for
-    # the 0.5B at n_ctx 4096, `python benchmarks/attention_memory.py`): a server's memory rose over its first long
-    # prompts and kept rising slowly. On, it stays flat and the calls are as fast. What it changes, measured: a
-    # prompt's greedy text can depend on what the instance evaluated before (the KV prefix it kept), with either
-    # setting; on the 0.5B's extraction prompts of 40 LoCoMo dev spans, 3 changed by the calls' order and 3 between
-    # a warm and an empty cache with it on, 1 and 2 off (`python benchmarks/flash_history.py --config cpu-ce --data
-    # ../shared/data/locomo-dev.json --boxes 40 --lines 6`, benchmarks/results/flash-history-0.5b.json); on
-    # SmolLM2's 8 demo prompts none changed with either (flash-history.json). So neither setting makes a resumed or
-    # reordered build write the very same records. With it on the text can also depend on the thread count: in
-    # tests/test_parity.py a keyword differed between 2 threads in process and the server's 1 until both had 2. The
-    # 1.5B's answers to 40 LoCoMo dev questions: the same text in 36, F1 -1.6 with standard error 1.4
-    # (benchmarks/results/locomo-qa-flash.json, `python benchmarks/qa_paired.py` on runs with --set
-    # llm.flash_attn=false/true); conv-30's cpu-ce build the same boxes, keywords and events, 44 of 50 topics, its
-    # extraction calls as fast (129.6 against 130.5 s off) (`python benchmarks/build_speed.py --before-config cpu-ce
-    # --before llm.flash_attn=false --config cpu-ce --conversations conv-30 --no-profile --out
-    # benchmarks/results/build-speed-flash.json`). Not a build setting
+    # llama.cpp: flash attention (on by default since 2026-12-07; figures dated before were measured with it off:
+    # --set llm.flash_attn=false reproduces them). On, an instance's attention memory stays flat as prompts reach
+    # deeper; with either setting a greedy text can depend on the KV prefix an instance kept. Measured, with the
+    # commands: docs/backends.md. Not a build setting
     flash_attn: bool = True
     # OpenAI-compatible servers
     base_url: str = _opt("", reach="endpoint")
@@ -275,17 +261,20 @@ class RetrieveConfig:
     event_k: int = _opt(2, lo=0)
     # shown messages get relative time ("yesterday", "last week") resolved against their session's date
     resolve_dates: bool = True
-    # box-hits: a message longer than `length_free` tokens (count_tokens) loses `length_cost` of its priority per
-    # natural-log unit beyond it (cost x log(tokens / length_free)); 0: off. Where some turns are ten times longer
-    # than the rest (an assistant's answers), a short turn as relevant as a long one comes first: more evidence
-    # per token of context. Messages of length_free tokens or fewer are never touched.
+    # box-hits: a message longer than `length_free` tokens (count_tokens) loses length_cost x log(tokens /
+    # length_free) of its priority (0: off): a short turn as relevant as a long one comes first
     length_cost: float = _opt(0.2, lo=0.0, hi=1.0)
     length_free: int = _opt(100, lo=1)
-    # box-hits: a message's relevance (the mean of its own and its window's cosine to the question) also gains
-    # lexical_weight x its BM25 score for the question's words (retrieval/lexical.py: lowercased, stop words dropped,
-    # stemmed), divided by the best message's score (1 for the best lexical match, 0 for none); 0: cosine only.
-    # The BM25 index is built in memory from the stored messages, never on disk: nothing of it outlives a forget.
+    # box-hits: a message's relevance (its and its window's cosine) also gains lexical_weight x its BM25 score
+    # (retrieval/lexical.py), divided by the best message's; 0: cosine only. The index is in memory, never on disk.
     lexical_weight: float = _opt(0.3, lo=0.0, hi=2.0)
+    # box-hits' second stage: the evidence cross-encoder (`membox fit evidence`'s file, relative to configs/; "":
+    # none) reads (question, line) for the first stage's best `evidence_candidates` messages, shown best first by its
+    # logit + evidence_prior x their priority, each with `evidence_neighbours` messages of its box on either side
+    evidence_model: str = _opt("", reach="file")
+    evidence_candidates: int = _opt(50, lo=1)
+    evidence_prior: float = _opt(1.0, lo=0.0)
+    evidence_neighbours: int = _opt(0, lo=0)
 
 
 @dataclass
@@ -491,16 +480,16 @@ def _check_content_embedder(cfg: Config, where: str) -> None:
                           "or set the 'content' weight to 0")
 
 
-def resolve_ce_weights(name: str) -> Path:
-    """[loom] ce_model's file: absolute, or relative to the package's configs/ (then the working directory)."""
+def resolve_ce_weights(name: str, key: str = "[loom] ce_model") -> Path:
+    """A cross-encoder's weights file: absolute, or relative to the package's configs/ (then the working directory)."""
     if not name:
-        raise ConfigError("the hybrid feature 'ce_continue' needs [loom] ce_model (a file written by "
+        raise ConfigError(f"the hybrid feature 'ce_continue' needs {key} (a file written by "
                           "`membox fit crossencoder --write`, e.g. content/ce-tiage-all-minilm-l6-v2.safetensors)")
     p = Path(name)
     for c in ([p] if p.is_absolute() else [CONFIG_DIR / p, p]):
         if c.is_file():
             return c
-    raise ConfigError(f"[loom] ce_model: {name!r} not found (looked in {CONFIG_DIR} and the working directory)")
+    raise ConfigError(f"{key}: {name!r} not found (looked in {CONFIG_DIR} and the working directory)")
 
 
 def read_ce_meta(path: Path) -> dict:

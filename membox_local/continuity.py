@@ -34,11 +34,18 @@ def pair_text(context: Sequence[Message], new: Message) -> tuple[str, str]:
     return ctx, " ".join(new.text.split()[:NEW_WORDS])
 
 
-class PairModel:
-    """MiniLM + adapter + head over mean-pooled tokens: (context, new line) -> logit of "continues". Built for
-    training (`trainable=True`: adapters as separate parameters) or from a weights file (merged)."""
+# how a pair is read: "continuity" (context, new line): the context loses its oldest words first; "evidence"
+# (question, line), the evidence scorer's (memory_reading.EvidenceScorer): the line loses its last words first
+READINGS = ("continuity", "evidence")
 
-    def __init__(self, base: str, rank: int = 8, alpha: float = 16.0, trainable: bool = False):
+
+class PairModel:
+    """MiniLM + adapter + head over mean-pooled tokens: a pair -> one logit ("continues" for the continuity
+    reading, "holds the answer" for the evidence reading). Built for training (`trainable=True`: adapters as
+    separate parameters) or from a weights file (merged)."""
+
+    def __init__(self, base: str, rank: int = 8, alpha: float = 16.0, trainable: bool = False,
+                 reading: str = "continuity"):
         import torch
         from transformers import AutoModel, AutoTokenizer
 
@@ -47,9 +54,12 @@ class PairModel:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
         folder = str(resolve_model(base))
-        self.base, self.rank, self.alpha = base, rank, alpha
+        if reading not in READINGS:
+            raise ConfigError(f"cross-encoder reading '{reading}': expected one of {', '.join(READINGS)}")
+        self.base, self.rank, self.alpha, self.reading = base, rank, alpha, reading
         self.tokenizer = AutoTokenizer.from_pretrained(folder)
-        self.tokenizer.truncation_side = "left"  # a long pair loses the context's oldest words first
+        # a long pair loses the context's oldest words first (continuity), or the line's last words (evidence)
+        self.tokenizer.truncation_side = "left" if reading == "continuity" else "right"
         self.encoder = AutoModel.from_pretrained(folder)
         self.encoder.eval()
         self.head = torch.nn.Linear(self.encoder.config.hidden_size, 1)
@@ -86,8 +96,12 @@ class PairModel:
     def logits(self, pairs: Sequence[tuple[str, str]]):
         import torch
 
-        enc = self.tokenizer([c for c, _ in pairs], [self.fitting(n) for _, n in pairs], truncation="only_first",
-                             max_length=MAX_LENGTH, padding=True, return_tensors="pt")
+        if self.reading == "evidence":
+            enc = self.tokenizer([q for q, _ in pairs], [line for _, line in pairs], truncation="only_second",
+                                 max_length=MAX_LENGTH, padding=True, return_tensors="pt")
+        else:
+            enc = self.tokenizer([c for c, _ in pairs], [self.fitting(n) for _, n in pairs],
+                                 truncation="only_first", max_length=MAX_LENGTH, padding=True, return_tensors="pt")
         out = self.encoder(**enc).last_hidden_state
         mask = enc["attention_mask"].unsqueeze(-1).to(out.dtype)
         pooled = (out * mask).sum(1) / mask.sum(1).clamp(min=1.0)
@@ -107,7 +121,7 @@ class PairModel:
         tensors["head.weight"] = self.head.weight.detach().contiguous()
         tensors["head.bias"] = self.head.bias.detach().contiguous()
         meta = {**meta, "base": self.base, "rank": self.rank, "alpha": self.alpha, "targets": list(LORA_TARGETS),
-                "max_length": MAX_LENGTH}
+                "max_length": MAX_LENGTH, "reading": self.reading}
         path.parent.mkdir(parents=True, exist_ok=True)
         save_file({k: v.half() if k.endswith(("lora_a", "lora_b")) else v for k, v in tensors.items()}, str(path),
                   metadata={"membox": json.dumps(meta)})
@@ -119,7 +133,7 @@ class PairModel:
         from safetensors.torch import load_file
 
         meta = read_meta(path)
-        model = cls(meta["base"], int(meta["rank"]), float(meta["alpha"]))
+        model = cls(meta["base"], int(meta["rank"]), float(meta["alpha"]), reading=meta.get("reading", "continuity"))
         tensors = load_file(str(path))
         scale = model.alpha / model.rank
         with torch.no_grad():
@@ -196,7 +210,21 @@ _LOADED: dict[tuple, object] = {}
 
 def continuity_scorer(name: str):
     """The scorer of [loom] ce_model, loaded once per process."""
-    path = resolve_weights(name)
+    return _loaded(resolve_weights(name))
+
+
+def evidence_scorer(name: str):
+    """The scorer of [retrieve] evidence_model (question, line) -> logit of "the line holds the answer", loaded once
+    per process; a file fitted for another reading (the continuity judge's) is refused."""
+    scorer = _loaded(resolve_weights(name, "[retrieve] evidence_model"))
+    reading = scorer.meta.get("reading", "continuity")
+    if reading != "evidence":
+        raise ConfigError(f"[retrieve] evidence_model: {name!r} is a {reading} cross-encoder; expected one written "
+                          "by `membox fit evidence`")
+    return scorer
+
+
+def _loaded(path: Path):
     key = (MODELS["scorer"], str(path.resolve()))
     if key not in _LOADED:
         _LOADED[key] = MODELS["scorer"](path)

@@ -24,6 +24,9 @@ the Loom's records (attribution.py) and the event graph use to drop what their s
 from __future__ import annotations
 
 import re
+from typing import Sequence
+
+from .records import Message
 
 _WORD = re.compile(r"[A-Za-z][A-Za-z'’-]*")
 # the two sides of a conjunction, an article or preposition skipped on the right; an optional next word makes a
@@ -129,6 +132,21 @@ def grounding(event: str, source: str) -> float:
         return 0.0
     have = {w[:5] for w in content_words(source)}
     return sum(w[:5] in have for w in words) / len(words)
+
+
+def sources(answer: str, question: str, shown: Sequence[Message], ranked: Sequence[str],
+            at_most: int = 3) -> list[Message]:
+    """The shown lines an answer was read from, decided by code: the lines (their text and session date) holding the
+    most of the answer's own content words (not in the question; matched on a 5-letter prefix), at most `at_most`,
+    best ranked first (`ranked`: the mode's order of message ids); none for an answer with no word of its own."""
+    own = {w[:5] for w in content_words(answer)} - {w[:5] for w in content_words(question)}
+    if not own:
+        return []
+    rank = {mid: i for i, mid in enumerate(ranked)}
+    held = [(len(own & {w[:5] for w in content_words(f"{m.text} {m.session_date}")}), m) for m in shown]
+    most = max((n for n, _ in held), default=0)
+    best = [m for n, m in held if n == most and most > 0]
+    return sorted(best, key=lambda m: rank.get(m.message_id, len(rank)))[:at_most]
 
 
 # words a chat uses about anything, and reactions: never keywords (loom.text_keywords), never a fact on their own

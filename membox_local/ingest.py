@@ -298,14 +298,16 @@ class MessageIds:
 def message_from_record(rec: object, where: str, ids: MessageIds | None = None) -> Message:
     """A Message from one record (a JSONL line's object, or a dict given to Memory.add), every field checked:
     the required ones present and non-empty, no unknown ones, strings or integers, valid Unicode. A record in the
-    chat shape (role, content: from_chat_shape) is read as one in the JSONL fields, its id derived when it has none
-    (`ids`, one per input)."""
+    chat shape (role, content: from_chat_shape) is read as one in the JSONL fields; in either shape a record with no
+    message_id gets one derived (`ids`, one per input)."""
     if not isinstance(rec, Mapping):
         raise InputError(f"{where}: expected a JSON object")
     names = None  # the record's own name of each Message field, for errors
     if is_chat_shaped(rec):
         names = {"speaker": "name" if rec.get("name") else "role", "text": "content", "session_date": "timestamp"}
         rec = (ids or MessageIds()).fill(from_chat_shape(rec, where))
+    elif "message_id" not in rec:  # either shape: an id derived from speaker, text and date (MessageIds)
+        rec = (ids or MessageIds()).fill(dict(rec))
     allowed = REQUIRED + OPTIONAL + (METADATA,)
     unknown = [k for k in rec if k not in allowed]
     if unknown:

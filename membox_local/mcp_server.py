@@ -96,7 +96,8 @@ def create_mcp(service: Service):
     @mcp.tool(structured_output=True, annotations=reads)
     async def answer(question: m.Query, conversation_id: m.Id | None = None, today: m.Today | None = None,
                      ctx: Context = None) -> dict[str, Any]:
-        """Answer a question from the memory of a conversation, with the boxes the answer was read from. `today`:
+        """Answer a question from the memory of a conversation, with the boxes shown and the `sources`: the lines the
+        answer was read from (message id, speaker, date; chosen by code from the answer's words). `today`:
         when the question is asked (e.g. 2024-06-20): the answer then knows how long ago each memory was. A call
         that asks for progress (a progressToken) gets the answer so far in each progress notification's message
         while the model writes it."""

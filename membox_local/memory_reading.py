@@ -7,11 +7,11 @@ from typing import Any, Callable, Iterable, Mapping
 
 from .backends.base import Backend, JsonRequest, StructuredOutputError, TextRequest
 from .dates import parse_session_date, resolve_relative
-from .grounding import NOTHING_TO_READ, not_mentioned_reply, unmentioned
+from .grounding import NOTHING_TO_READ, not_mentioned_reply, sources as cited, unmentioned
 from .index import VectorIndex
 from .ingest import InputError
 from .prompts import answer_prompt, asks_for_advice, asks_for_total, tally_prompt, tally_schema
-from .records import Box
+from .records import Box, Message
 from .retrieval import RETRIEVERS, Context, make_retriever
 from .systems import SYSTEMS
 from .tally import parts, total_reply
@@ -25,6 +25,14 @@ class Answer:
     unmentioned: tuple[str, ...] = ()
     # the parts the model listed and the code added up, when `[answer] tally` answered a total question (tally.py)
     parts: tuple[tuple[str, float], ...] = ()
+    # the shown lines the answer was read from, decided by code (grounding.sources): where a person checks it
+    sources: tuple[Message, ...] = ()
+
+
+def source_list(ans: Answer) -> list[dict[str, str]]:
+    """The answer's sources as the servers and `membox ask --json` give them: message id, conversation, speaker, date."""
+    return [{"message_id": m.message_id, "conversation_id": m.conversation_id, "speaker": m.speaker,
+             "date": m.session_date} for m in ans.sources]
 
 
 def check_question(question: object, where: str) -> None:
@@ -79,6 +87,15 @@ class Reading:
         if name not in self._indexes:
             self._indexes[name] = VectorIndex(self.path / f"{name}.hnsw", self.embedder.dim)
         return self._indexes[name]
+
+    def evidence_scorer(self):
+        """[retrieve] evidence_model's scorer (box-hits' second stage), or None where the config names none."""
+        name = self.config.retrieve.evidence_model
+        if not name:
+            return None
+        from .continuity import evidence_scorer
+
+        return evidence_scorer(name)
 
     def held_bytes(self) -> int:
         """Bytes this Memory's open vector indexes hold (VectorIndex.held_bytes): the data it keeps in memory."""
@@ -170,7 +187,9 @@ class Reading:
         if self.config.answer.tally and asks_for_total(question):
             listed = self._tally(backend, ctx, question, conversation_id, today)
             if listed is not None:
-                return Answer(total_reply(listed, question), ctx, question, parts=tuple(parts(listed)))
+                text = total_reply(listed, question)
+                return Answer(text, ctx, question, parts=tuple(parts(listed)), sources=self.sources(
+                    " ".join(w for w, _ in parts(listed)), question, ctx))
         res = backend.text([TextRequest(answer_prompt(ctx.text, question, today), "answer",
                                         self.config.answer.max_tokens,
                                         on_text=Stripped(on_text) if on_text is not None else None)])[0]
@@ -178,7 +197,14 @@ class Reading:
             raise res
         self.store.record_usage(conversation_id or "", "answer", res.usage.prompt_tokens,
                                 res.usage.completion_tokens, cached_tokens=res.usage.cached_tokens)
-        return Answer(res.text.strip(), ctx, question)
+        return Answer(res.text.strip(), ctx, question, sources=self.sources(res.text, question, ctx))
+
+    @staticmethod
+    def sources(answer: str, question: str, ctx: Context) -> tuple[Message, ...]:
+        """The shown lines the answer was read from (grounding.sources); none for a "not mentioned" answer."""
+        if answer.strip().lower().startswith("not mentioned"):
+            return ()
+        return tuple(cited(answer, question, ctx.shown, ctx.ranked_ids or ctx.message_ids))
 
     def _tally(self, backend: Backend, ctx: Context, question: str, conversation_id: str | None,
                today: str) -> dict[str, Any] | None:

@@ -20,5 +20,7 @@ class MemoryView(Protocol):
 
     def index(self, name: str) -> Any: ...  # index.VectorIndex
 
+    def evidence_scorer(self) -> Any: ...  # [retrieve] evidence_model's scorer (continuity.py), or None
+
     def search(self, question: str, k: int | None = None, conversation_id: str | None = None,
                **filters: Any) -> list: ...

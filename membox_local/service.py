@@ -36,7 +36,7 @@ from .config import ConfigError
 from .execution.progress import Bar
 from .ingest import InputError, as_messages
 from .memory import Memory, open_store
-from .memory_reading import check_today
+from .memory_reading import check_today, source_list
 from .native import give_back_freed_heap
 from .store import NotFound, StoreBusy
 
@@ -377,7 +377,7 @@ class Service:
         # mentions, when `[answer] check_terms` answered "not mentioned" (grounding.py)
         return {"question": question, "answer": ans.text, "boxes": ctx.box_ids, "messages": ctx.message_ids,
                 "context_tokens": ctx.tokens, "parts": [{"what": w, "amount": a} for w, a in ans.parts],
-                "unmentioned": list(ans.unmentioned)}
+                "unmentioned": list(ans.unmentioned), "sources": source_list(ans)}
 
     def _filed_yet(self, conversation_id: str | None) -> None:
         """A conversation whose messages are stored but none filed yet has nothing to answer from (box-hits refuses

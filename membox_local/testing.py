@@ -190,7 +190,9 @@ class FakeContinuityScorer:
 
     def __init__(self, path=None):
         self.path = path
-        self.meta = {"base": "all-minilm-l6-v2"}
+        # a file named *evidence* stands for the evidence reading (box-hits' second stage): the same overlap score
+        reading = "evidence" if path is not None and "evidence" in str(path) else "continuity"
+        self.meta = {"base": "all-minilm-l6-v2", "reading": reading}
         self.pairs = 0
         self._cache: dict = {}
 

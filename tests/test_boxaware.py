@@ -232,3 +232,47 @@ def test_length_cost_lowers_each_message_by_the_log_of_its_length(memory, filed)
     assert (base - costed > 0).any() and (base - costed == 0).any()  # some messages are longer than 10 tokens, some not
     r.length_cost = 0.0  # a variant's own value wins over the config's
     assert np.allclose(r.priorities(bm, qv)[1], base)
+
+
+@pytest.fixture
+def second_stage(memory, filed, tmp_path, monkeypatch):
+    """box-hits with the evidence cross-encoder's double as its second stage (testing.FakeContinuityScorer: the
+    logit grows with the share of the line's words that the question holds)."""
+    from membox_local import continuity
+    from membox_local.testing import FakeContinuityScorer
+
+    monkeypatch.setitem(continuity.MODELS, "scorer", FakeContinuityScorer)
+    weights = tmp_path / "evidence-double.safetensors"
+    weights.write_bytes(b"")
+    memory.config.retrieve.evidence_model = str(weights)
+    memory.config.retrieve.evidence_prior = 0.0  # the double's logit alone decides the order
+    return memory
+
+
+def test_second_stage_shows_the_lines_its_scorer_ranks_first(second_stage):
+    ctx = make_retriever("box-hits", second_stage).retrieve("Pixel kitten piano evening", CONV, 10**6, 15)
+    # the double's best line fits alone in 15 tokens with its date line; the next best would not
+    assert ctx.message_ids == ["D2:5"] and ctx.tokens <= 15
+    assert [m.message_id for m in ctx.shown] == ctx.message_ids
+
+
+def test_second_stage_neighbours_and_candidates(second_stage):
+    second_stage.config.retrieve.evidence_neighbours = 1
+    ctx = make_retriever("box-hits", second_stage).retrieve("Pixel kitten piano evening", CONV, 10**6, 1000)
+    assert set(ctx.ranked_ids[:2]) == {"D2:5", "D2:4"}  # the best line, then its nearest box neighbour
+    second_stage.config.retrieve.evidence_candidates = 2
+    ctx = make_retriever("box-hits", second_stage).retrieve("Pixel kitten piano evening", CONV, 10**6, 1000)
+    assert len(ctx.message_ids) <= 2 * 3  # two candidates, each with at most its two neighbours
+
+
+def test_a_continuity_file_is_refused_as_the_second_stage(memory, filed, tmp_path, monkeypatch):
+    from membox_local import continuity
+    from membox_local.config import ConfigError
+    from membox_local.testing import FakeContinuityScorer
+
+    monkeypatch.setitem(continuity.MODELS, "scorer", FakeContinuityScorer)
+    weights = tmp_path / "ce-tiage.safetensors"
+    weights.write_bytes(b"")
+    memory.config.retrieve.evidence_model = str(weights)
+    with pytest.raises(ConfigError, match="evidence_model.*continuity cross-encoder"):
+        make_retriever("box-hits", memory).retrieve("Pixel?", CONV, 10, 100)

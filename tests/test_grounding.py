@@ -79,3 +79,17 @@ def test_the_guard_answers_for_the_model_only_when_on_and_a_term_is_missing(tmp_
 def test_the_cpu_default_leaves_the_guard_off():
     assert load_config("cpu").answer.check_terms is False
     assert load_config("cpu-ce").answer.check_terms is False
+
+
+def test_sources_are_the_shown_lines_holding_the_answers_own_words():
+    from membox_local.grounding import sources
+    from membox_local.records import Message
+
+    shown = [Message("c", "D1:1", "Ann", "I used to play the guitar as a kid", "1", "8 May 2023"),
+             Message("c", "D1:2", "Bob", "I played drums in a band", "1", "8 May 2023"),
+             Message("c", "D2:1", "Ann", "My guitar teacher was strict", "2", "20 June 2023")]
+    q = "What instrument did Ann play when she was younger?"
+    assert [m.message_id for m in sources("guitar", q, shown, ["D2:1", "D1:1"])] == ["D2:1", "D1:1"]
+    assert [m.message_id for m in sources("In June 2023", q, shown, [])] == ["D2:1"]  # the session date counts
+    assert sources("Yes, she did", q, shown, []) == []  # no word of its own: no source claimed
+    assert sources("piano", q, shown, []) == []  # a word no line holds

@@ -161,6 +161,7 @@ def test_the_shipped_answering_model_answers_a_memory_built_by_another(built):
         ans = mem.answer("What is the name of Tom's cat?", budget_tokens=600)
         assert ans.text and len(ans.text) < 300
         assert "pepper" in ans.text.lower()  # the evidence is in the context; a 1.5B model reads it off
+        assert ans.sources and all("pepper" in m.text.lower() for m in ans.sources)  # the lines it was read from
         assert mem.store.usage_by_stage()["answer"]["calls"] == before + 1
         assert mem.answer_backend is not mem._backend
         when = mem.context("When did Tom adopt his cat Pepper?", mode="turn-rag", k=5, budget_tokens=600)

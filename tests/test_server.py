@@ -263,6 +263,14 @@ def test_chat_shaped_messages_are_filed_with_stable_derived_ids(tmp_path, cfg):
         assert r.status_code == 422 and "conversation" in error_line(r)
         r = api.post("/memories", json={"messages": [{**chat[0], "speaker": "Maya"}], "conversation_id": "c"})
         assert r.status_code == 422 and "speaker: Extra inputs are not permitted" in error_line(r)
+        # the project's shape forgives as the chat shape does: the request's conversation, an id derived
+        plain = [{"speaker": "Maya", "text": "My knee is fine now.", "session_date": "5 March 2024"}]
+        for _ in range(2):
+            r = api.post("/memories", json={"messages": plain, "conversation_id": "maya-plain"})
+            assert r.status_code == 202, r.text
+        assert r.json()["new"] == 0  # the derived id is stable: posting it again adds nothing
+        r = api.post("/memories", json=plain)
+        assert r.status_code == 422 and "conversation_id" in error_line(r)
 
 
 def test_the_docs_page_loads_nothing_from_elsewhere(tmp_path, cfg):

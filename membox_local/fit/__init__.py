@@ -7,6 +7,7 @@ DialSeg711 and LoCoMo box sizes measured beside them (BENCHMARKS.md, "Topic segm
     membox fit switch      # the hard-switch threshold on the PMI ratio (configs/cpu-switch.toml)
     membox fit crossencoder  # the continuity cross-encoder over MiniLM (ce_continue; configs/cpu.toml)
     membox fit prob RUN    # llm-logprob's prob_threshold from a scored `membox eval segmentation` run
+    membox fit evidence    # box-hits' second stage ([retrieve] evidence_model) on LoCoMo dev's evidence lines
 
 Every decision goes through the Loom's own online rule (`evaluation.segmentation.run_segmenter`). Data:
 --data-dir (default $MEMBOX_DATA, else ../shared/data). Embedding vectors are kept in
@@ -27,6 +28,7 @@ COMMANDS = {  # subcommand -> (module, help)
     "switch": ("switch", "the hard-switch threshold on the PMI ratio, from TIAGE-train joins"),
     "crossencoder": ("crossencoder", "the continuity cross-encoder over MiniLM (LoRA adapter + head) on TIAGE train"),
     "prob": ("prob", "llm-logprob's prob_threshold from a run scored with prob_threshold=0"),
+    "evidence": ("evidence", "box-hits' second stage: the evidence cross-encoder on LoCoMo dev, cross-validated"),
 }
 # `membox fit content`: the LLM's features beside the content logit, by default and to choose from
 CONTENT_LM = ["lm_pmi_conv", "lm_pmi_conv_low"]
@@ -55,11 +57,16 @@ def _common(data: bool = True) -> argparse.ArgumentParser:
     return p
 
 
+def _evidence_options(p) -> None:
+    from .evidence import add_arguments
+
+    add_arguments(p)
+
+
 def add_parser(subparsers) -> None:
-    p = subparsers.add_parser("fit", help="fit the continuity judges on TIAGE (see BENCHMARKS.md)",
+    p = subparsers.add_parser("fit", help="fit the continuity judges and the evidence scorer (see BENCHMARKS.md)",
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="fit_cmd", required=True)
-
     def command(name: str, data: bool = True) -> argparse.ArgumentParser:
         module, helptext = COMMANDS[name]
         sp = sub.add_parser(name, help=helptext, parents=[_common(data)])
@@ -132,6 +139,7 @@ def add_parser(subparsers) -> None:
     x.add_argument("--write", action="store_true",
                    help="write configs/content/ce-tiage-<embedder>.safetensors (and keep the result, as --save)")
 
+    _evidence_options(command("evidence"))
     pr = command("prob", data=False)
     pr.add_argument("scored", help="output folder of `membox eval segmentation --judge llm-logprob "
                                    "--set loom.prob_threshold=0 --out DIR`")

@@ -47,15 +47,16 @@ def training_pairs(dials, joins: bool = True) -> list[tuple[tuple[str, str], int
     return out
 
 
-def train(pairs, base: str, epochs: int, seed: int = 0, batch: int = 16, lr: float = 5e-4, log=None):
+def train(pairs, base: str, epochs: int, seed: int = 0, batch: int = 16, lr: float = 5e-4, log=None,
+          reading: str = "continuity", threads: int = 1):
     """The adapter and head fitted on `pairs`; returns the PairModel (adapters unmerged)."""
     import torch
 
     from ..continuity import PairModel
 
     torch.manual_seed(seed)
-    torch.set_num_threads(1)
-    model = PairModel(base, trainable=True)
+    torch.set_num_threads(threads)
+    model = PairModel(base, trainable=True, reading=reading)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
     order, rng = list(range(len(pairs))), random.Random(seed)
     steps = epochs * ((len(pairs) + batch - 1) // batch)

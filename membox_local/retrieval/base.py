@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 from ..config import RETRIEVAL_MODES
+from ..records import Message
 from ..seams import MemoryView
 
 _TOKEN = re.compile(r"\w+|[^\w\s]")
@@ -29,6 +30,7 @@ class Context:
     ranked_ids: list[str] = field(default_factory=list)
     event_ids: list[int] = field(default_factory=list)
     scores: dict[int, float] = field(default_factory=dict)
+    shown: list[Message] = field(default_factory=list)  # the messages shown, in time order (modes that show lines)
 
     @property
     def tokens(self) -> int:

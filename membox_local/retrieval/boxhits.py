@@ -210,15 +210,41 @@ class BoxHitsRetriever(Retriever):
             return Context("")
         sims, prio = self.priorities(bm, self.memory.embedder.encode([question])[0], question)
         hits = np.argsort(-sims, kind="stable")[:k]
-        candidates = np.unique(np.concatenate([bm.members[b] for b in bm.box_of[hits]]))
-        order = candidates[np.lexsort((-sims[candidates], -prio[candidates]))]  # a hit before equal neighbours
         layout = bm.layout(budget_tokens, self.headers, self.render(bm))
-        self.fill(layout, bm, order, sims, prio, hits)
+        scorer = self.memory.evidence_scorer()
+        if scorer is not None:
+            self.fill_by_evidence(layout, bm, self.second_stage(scorer, bm, question, sims, prio))
+        else:
+            candidates = np.unique(np.concatenate([bm.members[b] for b in bm.box_of[hits]]))
+            order = candidates[np.lexsort((-sims[candidates], -prio[candidates]))]  # a hit before equal neighbours
+            self.fill(layout, bm, order, sims, prio, hits)
         ctx = layout.context()
         shown = dict.fromkeys(bm.box(m) for m in sorted(layout.messages, key=lambda m: (m.conversation_id, m.seq)))
         ctx.box_ids = [bm.boxes[b].id for b in shown if bm.boxes[b].id >= 0]
         ctx.scores = {bm.boxes[b].id: float(sims[bm.members[b]].max()) for b in shown if bm.boxes[b].id >= 0}
         return ctx
+
+    def second_stage(self, scorer, bm: BoxMap, question: str, sims: np.ndarray, prio: np.ndarray) -> np.ndarray:
+        """The first stage's best `[retrieve] evidence_candidates` messages (k is not read), best first by the
+        evidence cross-encoder's logit for (question, line) + `evidence_prior` x their first-stage priority."""
+        rc = self.memory.config.retrieve
+        first = np.lexsort((-sims, -prio))[:rc.evidence_candidates]
+        logits = np.asarray(scorer.score([(question, bm.messages[i].render()) for i in first]), dtype=float)
+        return first[np.argsort(-(logits + rc.evidence_prior * prio[first]), kind="stable")]
+
+    def fill_by_evidence(self, layout: Layout, bm: BoxMap, order: np.ndarray) -> None:
+        """Each chosen message while it fits, then its box neighbours (`[retrieve] evidence_neighbours` on either
+        side, nearest first) while they fit."""
+        reach = self.memory.config.retrieve.evidence_neighbours
+        shown = set(layout.messages)
+        for i in order:
+            members = bm.members[bm.box_of[i]]
+            at = int(np.searchsorted(members, i))
+            near = sorted(range(max(0, at - reach), min(len(members), at + reach + 1)), key=lambda j: abs(j - at))
+            for j in near:
+                m = bm.messages[members[j]]
+                if m not in shown and layout.try_add([m]):
+                    shown.add(m)
 
     def render(self, bm: BoxMap) -> Callable[[Message], str]:
         """How a shown message is written (the config's: dates resolved or not)."""

@@ -126,7 +126,7 @@ class Layout:
         ordered = sorted(self.messages, key=_time_order)
         return Context(render_messages(ordered, self.group, self.header, self.subgroup, self.subheader, self.render),
                        message_ids=[m.message_id for m in ordered],
-                       ranked_ids=[m.message_id for m in self.messages])
+                       ranked_ids=[m.message_id for m in self.messages], shown=ordered)
 
 
 def chunk_session_messages(messages: Sequence[Message], chunk_words: int) -> list[list[Message]]:
