@@ -273,7 +273,7 @@ class RetrieveConfig:
     # logit + evidence_prior x their priority, each with `evidence_neighbours` messages of its box on either side
     evidence_model: str = _opt("", reach="file")
     evidence_candidates: int = _opt(50, lo=1)
-    evidence_prior: float = _opt(1.0, lo=0.0)
+    evidence_prior: float = _opt(16.0, lo=0.0)
     evidence_neighbours: int = _opt(0, lo=0)
 
 

@@ -118,7 +118,7 @@ class Memory(BuildSettings, Filing, Erasure, Verbs, Reading):
             self.backend.prepare(list(stages))
 
     def make_resident(self) -> None:
-        """Read the weights of the embedder and of the Loom judge's cross-encoder (where the config's judge has one)
+        """Read the weights of the embedder and of the cross-encoders (the Loom judge's, the second stage's)
         once, so that their mapped files' pages are resident from now on, not as new words come (`membox serve` and
         `membox mcp` at start: Embedder.make_resident)."""
         self.embedder.inner.make_resident()
@@ -129,6 +129,9 @@ class Memory(BuildSettings, Filing, Erasure, Verbs, Reading):
             ce = getattr(make_judge(self.config.loom), "ce", None)
             if ce is not None:
                 ce.make_resident()
+        evidence = self.evidence_scorer()  # box-hits' second stage, where the config has one
+        if evidence is not None:
+            evidence.make_resident()
 
     @property
     def answer_backend(self) -> Backend:

@@ -170,6 +170,19 @@ def test_the_shipped_answering_model_answers_a_memory_built_by_another(built):
         mem.close()
 
 
+def test_the_evidence_scorer_reads_with_the_shipped_model(built):
+    """box-hits' second stage on the real stack: the CPU default's evidence cross-encoder (MiniLM and the adapter
+    `membox fit evidence` wrote) prefers the line that answers, and a small budget shows it."""
+    cfg = load_config("cpu-fast", {"retrieve.evidence_model": load_config(DEFAULT_CONFIG).retrieve.evidence_model})
+    with Memory(built.path, cfg) as mem:
+        q = "What is the name of Tom's cat?"
+        right, wrong = mem.evidence_scorer().score([(q, "Tom: We adopted a cat last weekend, her name is Pepper."),
+                                                    (q, "Maya: The weather in Lisbon was lovely.")])
+        assert right > wrong
+        ctx = mem.context(q, budget_tokens=60)
+        assert "Pepper" in ctx.text and ctx.tokens <= 60
+
+
 def test_llamacpp_label_probabilities_sum_to_one(built):
     from membox_local.backends.base import LabelRequest, Prompt
 

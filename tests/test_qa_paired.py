@@ -1,4 +1,5 @@
-"""membox_local/evaluation/paired.py (benchmarks/qa_paired.py): arms compared on the questions every one answered."""
+"""membox_local/evaluation/paired.py (benchmarks/qa_paired.py): arms compared on the questions every one answered; and
+evaluation/scale.py (benchmarks/scale.py) on a tiny pool."""
 from __future__ import annotations
 
 import json
@@ -47,3 +48,37 @@ def test_runs_that_differ_only_in_set_keys_are_two_arms_and_say_how_many_answers
     common, _ = qp.paired(by_arm)
     diff = qp.differences(by_arm, common)["box-hits@1000 llm.flash_attn=false - box-hits@1000 llm.flash_attn=true"]
     assert diff["mean"] == 50.0 and diff["same_answers"] == 1
+
+
+def test_a_new_run_is_paired_with_a_saved_result(tmp_path):
+    qp = benchmark_script("qa_paired")
+    a = _run(tmp_path / "a", "box-hits", 500, [(1, 0.5), (2, 1.0), (3, 0.0)])
+    b = _run(tmp_path / "b", "box-hits", 1000, [(1, 1.0), (2, 1.0)])
+    saved = tmp_path / "saved.json"
+    assert qp.main([str(b), "--save", str(saved)]) == 0
+    out = tmp_path / "out.json"
+    assert qp.main([str(a), "--saved", str(saved), "--save", str(out)]) == 0
+    result = json.loads(out.read_text())
+    arm = next(k for k in result["arms"] if k.startswith("box-hits@1000 (saved "))
+    assert result["arms"][arm]["questions"] == 2 and result["arms"][arm]["locomo_f1"] == 100.0
+    assert result["differences"][f"box-hits@500 - {arm}"] == {"mean": -25.0, "se": 25.0, "same_answers": 0}
+
+
+def test_the_scale_curve_grows_one_scope_and_times_it(tmp_path):
+    """membox_local/evaluation/scale.py (benchmarks/scale.py) on a tiny pool: the sizes, the writes, the timings."""
+    from membox_local.config import load_config
+    from membox_local.evaluation.scale import CONV, PER_BOX, grow, measure
+    from membox_local.memory import Memory
+    from membox_local.testing import FakeEmbedder
+
+    cfg = load_config("cpu-ce")
+    cfg.retrieve.evidence_model = ""
+    pool = [("Ann", "I planted tomatoes in the garden"), ("Bob", "My car broke down on the highway")]
+    mem = Memory(tmp_path / "m", cfg, embedder=FakeEmbedder())
+    try:
+        assert grow(mem, pool, 0, 40) > 0 and grow(mem, pool, 40, 64) > 0
+        assert len(mem.store.messages(CONV)) == 64 and len(mem.boxes(CONV)) == 64 // PER_BOX
+    finally:
+        mem.close()
+    row = measure(tmp_path / "m", cfg, ["Who planted tomatoes?", "What broke down?", "Where?"])
+    assert row["context_warm_p50_ms"] > 0 and row["search_warm_p95_ms"] >= row["search_warm_p50_ms"]

@@ -37,6 +37,20 @@ def arms(folders: list[Path]) -> dict[str, dict[tuple[str, int], dict]]:
     return out
 
 
+def saved_arms(path: Path) -> dict[str, dict[tuple[str, int], dict]]:
+    """The arms of a result qa_paired saved (--save): per question its scores only (no prediction, so "the same
+    answer" is never counted against them; context tokens, evidence and seconds are the arm's means)."""
+    data = json.loads(Path(path).read_text())
+    out: dict[str, dict[tuple[str, int], dict]] = {}
+    for arm, means in data["arms"].items():
+        for q in data["per_question"]:
+            if arm in q:
+                out.setdefault(f"{arm} (saved {data['date']})", {})[(q["conversation"], q["qid"])] = {
+                    "scores": q[arm], "category": q["category"], "context_tokens": means["context_tokens"],
+                    "qa_recall": means["qa_recall"] / 100, "answer_s": means["answer_s"], "prediction": None}
+    return out
+
+
 def paired(by_arm: dict[str, dict[tuple[str, int], dict]]) -> tuple[list[tuple[str, int]], dict[str, dict]]:
     """The questions every arm answered, and each arm's means over them."""
     common = sorted(set.intersection(*(set(q) for q in by_arm.values()))) if by_arm else []
@@ -60,7 +74,8 @@ def differences(by_arm: dict[str, dict[tuple[str, int], dict]], common: list[tup
         for b in arms[i + 1:]:
             d = [100 * (by_arm[a][q]["scores"]["locomo_f1"] - by_arm[b][q]["scores"]["locomo_f1"]) for q in common]
             se = statistics.stdev(d) / len(d) ** 0.5 if len(d) > 1 else None
-            same = sum(by_arm[a][q].get("prediction") == by_arm[b][q].get("prediction") for q in common)
+            same = sum(by_arm[a][q].get("prediction") is not None
+                       and by_arm[a][q].get("prediction") == by_arm[b][q].get("prediction") for q in common)
             out[f"{a} - {b}"] = {"mean": round(statistics.fmean(d), 1) if d else None,
                                  "se": None if se is None else round(se, 1), "same_answers": same}
     return out

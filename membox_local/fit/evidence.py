@@ -40,7 +40,7 @@ CATEGORIES = (1, 2, 3, 4)
 
 def add_arguments(p) -> None:
     """`membox fit evidence`'s options (fit/__init__.py makes the subcommand)."""
-    from ..argtypes import count
+    from ..argtypes import count, number
 
     p.set_defaults(config="cpu-ce")
     p.add_argument("--builds", default="runs/builds-locomo-ce",
@@ -53,7 +53,7 @@ def add_arguments(p) -> None:
     p.add_argument("--folds", type=count(2), default=3, help="folds of conversations (default 3)")
     p.add_argument("--budgets", nargs="+", type=count(1), default=[100, 250, 500, 1000, 2000],
                    help="context budgets of the recall measured out of fold (250 and 500 choose the prior)")
-    p.add_argument("--priors", nargs="+", type=float, default=[2.0, 4.0, 8.0, 16.0],
+    p.add_argument("--priors", nargs="+", type=number(0.0), default=[2.0, 4.0, 8.0, 16.0],
                    help="[retrieve] evidence_prior values tried out of fold")
     p.add_argument("--no-final", action="store_true", help="cross-validation only, no model on every question")
     p.add_argument("--write", action="store_true",

@@ -37,6 +37,7 @@ class CompactRetriever(Retriever):
             ctx.scores[box.id] = score
             shown = block.count("\n")  # header line + one line per shown message
             ctx.message_ids += [m.message_id for m in box.messages[:shown]]
+            ctx.shown += box.messages[:shown]
             ctx.event_ids += event_ids
         return ctx
 

@@ -1,0 +1,110 @@
+"""How a memory's costs grow with its size (issue "a year of conversation": the curve, measured before any change);
+benchmarks/scale.py composes it. One conversation scope is grown through the sizes asked:
+
+Messages: LoCoMo dev's turns, then the LongMemEval dev slice's, in order and again, each made distinct by its place
+(" #n" after the text), in sessions of 20 lines a day apart. They are filed as the store files them, in synthetic
+boxes of 8 messages with a one-line record (the judge and the extraction are not what is measured: BENCHMARKS.md's
+build speed times them), indexed, and embedded by the tests' bag-of-words double (testing.FakeEmbedder: the vectors
+are read from the store's cache as a real build's are; what MiniLM would spend embedding them is not counted). Per
+size: seconds per message of those writes (messages, box membership, records, vectors, the box index), the folder's
+bytes, the open time (a new Memory and its first `search`), then LoCoMo dev questions: `Memory.search` (the boxes'
+HNSW index) and `Memory.context` (box-hits with BM25, the first stage alone), each cold (the first call of a new
+Memory) and warm (p50 / p95 of the rest), and the process's peak resident memory.
+"""
+from __future__ import annotations
+
+import gzip
+import json
+import resource
+import time
+from pathlib import Path
+
+import numpy as np
+
+from ..config import load_config
+from ..memory import Memory
+from ..records import Message
+from ..testing import FakeEmbedder
+
+CONV, PER_SESSION, PER_BOX = "year", 20, 8
+
+
+def texts(data: Path) -> list[tuple[str, str]]:
+    """(speaker, text) of LoCoMo dev's turns, then the LongMemEval dev slice's."""
+    out = [(t["speaker"], t["text"]) for c in json.loads((data / "locomo-dev.json").read_text())
+           for k, s in c["conversation"].items() if k.startswith("session_") and isinstance(s, list) for t in s]
+    with gzip.open(data / "longmemeval" / "longmemeval_s_dev.json.gz", "rt") as fh:
+        for q in json.load(fh):
+            out += [(t["role"], t["content"]) for s in q["haystack_sessions"] for t in s]
+    return [(who, " ".join(text.split())) for who, text in out if text.strip()]
+
+
+def grow(mem: Memory, pool: list[tuple[str, str]], start: int, stop: int) -> float:
+    """Messages start..stop-1 written and filed in boxes of PER_BOX; returns the seconds."""
+    t0 = time.perf_counter()
+    store = mem.store
+    for lo in range(start, stop, 1000):
+        batch = []
+        for n in range(lo, min(stop, lo + 1000)):
+            who, text = pool[n % len(pool)]
+            session = n // PER_SESSION + 1
+            batch.append(Message(CONV, f"m{n}", who[:40], f"{text} #{n}", str(session), f"day {session}"))
+        store.add_messages(batch)
+        stored = store.messages(CONV)[lo:lo + len(batch)]
+        mem.embedder.encode([m.text for m in stored])  # cached in the store, as a build leaves them
+        for i in range(0, len(stored), PER_BOX):
+            box = store.open_box(stored[i])
+            for m in stored[i:i + PER_BOX]:
+                store.file_message(m, box, "continue", None)
+            store.set_box_status(box, "sealed")
+            store.save_extraction(box, " ".join(stored[i].text.split()[:6]), [], [])  # a record: the box is indexed
+        mem.system("membox").sync()  # the boxes' HNSW index, as a build leaves it
+    return time.perf_counter() - t0
+
+
+def timed(fn) -> tuple[float, object]:
+    t0 = time.perf_counter()
+    out = fn()
+    return time.perf_counter() - t0, out
+
+
+def measure(path: Path, cfg, questions: list[str]) -> dict:
+    """Open, search and context figures of the folder, from a new Memory."""
+    open_s, mem = timed(lambda: Memory(path, cfg, embedder=FakeEmbedder()))
+    try:
+        search = [timed(lambda q=q: mem.search(q, k=5, conversation_id=CONV))[0] for q in questions]
+        context = [timed(lambda q=q: mem.context(q, CONV))[0] for q in questions]
+    finally:
+        mem.close()
+    pct = lambda xs, p: round(1000 * float(np.percentile(xs, p)), 1)  # noqa: E731
+    return {"open_s": round(open_s + search[0], 2), "search_cold_ms": round(1000 * search[0], 1),
+            "search_warm_p50_ms": pct(search[1:], 50), "search_warm_p95_ms": pct(search[1:], 95),
+            "context_cold_ms": round(1000 * context[0], 1), "context_warm_p50_ms": pct(context[1:], 50),
+            "context_warm_p95_ms": pct(context[1:], 95),
+            "resident_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)}
+
+
+def run(data: Path, folder: Path, sizes: list[int], n_questions: int, log=print) -> dict:
+    """The curve: one row per size (see the module docstring)."""
+    pool = texts(data)
+    qs = [q["question"] for c in json.loads((data / "locomo-dev.json").read_text()) for q in c["qa"]
+          if q.get("category") in (1, 2, 3, 4)]
+    questions = qs[::max(1, len(qs) // n_questions)][:n_questions]
+    cfg = load_config("cpu-ce")
+    cfg.retrieve.evidence_model = ""  # the first stage alone
+    path = folder / "memory"
+    if path.exists():
+        raise FileExistsError(f"{path} exists: remove it or pass another folder")
+    rows, have = [], 0
+    mem = Memory(path, cfg, embedder=FakeEmbedder())
+    try:
+        for size in sorted(sizes):
+            seconds = grow(mem, pool, have, size)
+            rows.append({"messages": size, "write_s_per_message": round(seconds / (size - have), 5),
+                         "folder_mb": round(sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) / 2**20, 1)})
+            have = size
+            rows[-1].update(measure(path, cfg, questions))
+            log(json.dumps(rows[-1]))
+    finally:
+        mem.close()
+    return {"date": time.strftime("%Y-%m-%d"), "pool": len(pool), "questions": len(questions), "rows": rows}
