@@ -35,7 +35,7 @@ def pair_text(context: Sequence[Message], new: Message) -> tuple[str, str]:
 
 
 # how a pair is read: "continuity" (context, new line): the context loses its oldest words first; "evidence"
-# (question, line), the evidence scorer's (memory_reading.EvidenceScorer): the line loses its last words first
+# (question, line), box-hits' second stage ([retrieve] evidence_model): the line loses its last words first
 READINGS = ("continuity", "evidence")
 
 

@@ -187,9 +187,9 @@ class Reading:
         if self.config.answer.tally and asks_for_total(question):
             listed = self._tally(backend, ctx, question, conversation_id, today)
             if listed is not None:
-                text = total_reply(listed, question)
-                return Answer(text, ctx, question, parts=tuple(parts(listed)), sources=self.sources(
-                    " ".join(w for w, _ in parts(listed)), question, ctx))
+                items = tuple(parts(listed))
+                return Answer(total_reply(listed, question), ctx, question, parts=items,
+                              sources=self.sources(" ".join(w for w, _ in items), question, ctx))
         res = backend.text([TextRequest(answer_prompt(ctx.text, question, today), "answer",
                                         self.config.answer.max_tokens,
                                         on_text=Stripped(on_text) if on_text is not None else None)])[0]

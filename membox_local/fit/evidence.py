@@ -14,10 +14,11 @@ one-unit head fitted with binary cross-entropy (crossencoder.train).
 Cross-validation: the conversations are cut into --folds folds in the file's order; each fold's model is fitted on
 the other folds' questions and writes runs/evidence/evidence-fold<i>.safetensors; the fold's own questions are then
 retrieved through the real retriever (`Retriever.retrieve` over the fold's memories) with and without that model as
-the second stage, at every budget: evidence recall side by side, never in-sample. Then (unless --no-final) one model
+the second stage, at every budget and each --priors value: evidence recall side by side, the models never in-sample
+(the prior reported is chosen on these same pooled questions, at 250 and 500 tokens). Then (unless --no-final) one model
 on every question: runs/evidence/evidence-locomo-<embedder>.safetensors, with --write configs/content/, where
 [retrieve] evidence_model finds it. Builds are `membox eval locomo --boxes-only`'s (made when missing).
-Report: runs/segmentation/evidence.json (--save: benchmarks/results/evidence-fit.json).
+Report: runs/evidence/evidence.json (--save: benchmarks/results/evidence-fit.json).
 """
 from __future__ import annotations
 

@@ -209,12 +209,12 @@ class BoxHitsRetriever(Retriever):
         if not bm.messages:
             return Context("")
         sims, prio = self.priorities(bm, self.memory.embedder.encode([question])[0], question)
-        hits = np.argsort(-sims, kind="stable")[:k]
         layout = bm.layout(budget_tokens, self.headers, self.render(bm))
         scorer = self.memory.evidence_scorer()
         if scorer is not None:
             self.fill_by_evidence(layout, bm, self.second_stage(scorer, bm, question, sims, prio))
         else:
+            hits = np.argsort(-sims, kind="stable")[:k]
             candidates = np.unique(np.concatenate([bm.members[b] for b in bm.box_of[hits]]))
             order = candidates[np.lexsort((-sims[candidates], -prio[candidates]))]  # a hit before equal neighbours
             self.fill(layout, bm, order, sims, prio, hits)
