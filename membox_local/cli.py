@@ -45,7 +45,7 @@ def _say(args, line: str) -> None:
 
 
 def cmd_build(args) -> int:
-    from .memory import Memory, memory_config, preflight_models
+    from .memory import memory_config, open_memory
 
     read = load_input(args.data, args.conversations, args.format, args.user)  # validated in full before any write
     messages = read.messages
@@ -59,9 +59,8 @@ def cmd_build(args) -> int:
         return _build_ray(args, messages, convs, cfg)
     if (Path(args.store) / "shards.json").exists():
         raise InputError(f"{args.store} is sharded (built with --engine ray); rerun with --engine ray")
-    backend = _local_backend(cfg, args.jobs)
-    preflight_models(cfg)  # a missing or broken model, a server that does not answer: one line, nothing written
-    with Memory(args.store, cfg, backend=backend) as mem:
+    # a missing or broken model, a server that does not answer, other build settings: one line, nothing written
+    with open_memory(args.store, cfg, writer="membox build", models=True, backend=_local_backend(cfg, args.jobs)) as mem:
         return _build_local(mem, args, messages, convs)
 
 
@@ -237,18 +236,11 @@ def cmd_ask(args) -> int:
 def _open_memory(args):
     """The memory folder args.store (it must hold a memory) with --config, or without it with the config it was
     built with (stored in it); a --config whose build settings do not fit the memory is refused, one line."""
-    from .memory import Memory
+    from .memory import open_memory
 
     cfg = load_config(args.config) if args.config is not None else None  # a bad config file: its error first
     _require_store(args.store)
-    mem = Memory(args.store, cfg)
-    if cfg is not None:
-        try:
-            mem.check_fits()
-        except BaseException:
-            mem.close()
-            raise
-    return mem
+    return open_memory(args.store, cfg)
 
 
 def _ask(mem, args) -> None:

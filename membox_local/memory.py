@@ -52,12 +52,47 @@ def preflight_models(config: Config, llm: bool = True, embedder: bool = True) ->
         resolve_model(config.embedder.model)
 
 
+def open_memory(path: str | Path, config: Config | str | Path | None = None, *, writer: str | None = None,
+                models: bool = False, backend: Backend | Callable[[], Backend] | None = None,
+                embedder: Embedder | None = None) -> "Memory":
+    """The one path from a folder to an open memory, in this order:
+    1. the config: the user's (`config`: a Config, a name or a .toml path), else the folder's own through the trust
+       check, else DEFAULT_CONFIG (memory_config);
+    2. the models it names found, without loading them (preflight_models), when `models`: before anything is opened;
+    3. the store and the components of the config's memory systems (Memory);
+    4. the build settings: a writer (`writer`: what it is, named to a second writer the lock refuses) takes the
+       folder's write lock until close and records the settings or refuses others (check_build_settings); a reader
+       given a config of the user's is refused when it does not fit what was built (check_fits).
+    What fails is one line (ConfigError, ModelNotFound, BackendError, StoreBusy, StoreError), and closes what it
+    opened. `membox serve`, `membox mcp`, `membox build` and the reading commands open their memories here."""
+    cfg = memory_config(path, config)
+    if models:
+        preflight_models(cfg, llm=backend is None, embedder=embedder is None)
+    mem = Memory(path, cfg, backend=backend, embedder=embedder)
+    mem._models_checked = models
+    try:
+        if writer is not None:
+            mem.hold_write_lock(writer)
+            mem.check_build_settings()
+        elif config is not None:
+            mem.check_fits()
+    except BaseException:
+        mem.close()
+        raise
+    return mem
+
+
 class Memory(BuildSettings, Filing, Erasure, Verbs, Reading):
-    """A memory folder: the shared store plus the memory systems (components) the config names. This class holds
-    the folder, its models and its write lock; the rest comes from its parts, one module each:
-    BuildSettings (memory_settings.py: the build settings and the stored config), Filing (memory_filing.py: add,
-    seal), Erasure (memory_erasure.py: forget, update, delete, reset), Verbs (memory_verbs.py: get, get_all,
-    history) and Reading (memory_reading.py: search, context, answer)."""
+    """A memory folder: the shared store plus the memory systems (components) the config names; opened in one
+    order by `open_memory`. The state, and who owns it:
+    - this class: `path`, `config`, `store` (SQLite, the one source of truth), `components` (each system's own
+      state: the Loom's open box, read again from the store after another writer), the models (`_embedder`,
+      `_backend`, `_answer_backend`, `_made`: loaded on first use, closed by close), the write lock
+      (`_write_lock`, `_writer_token`) and the vector indexes (`_indexes`: opened by Reading.index, saved by close);
+    - its parts, one module each, hold no state of their own and work on the above: BuildSettings
+      (memory_settings.py: the build settings and config stored in the store's meta), Filing (memory_filing.py:
+      add, seal), Erasure (memory_erasure.py: forget, update, delete, reset), Verbs (memory_verbs.py: get,
+      get_all, history) and Reading (memory_reading.py: search, context, answer)."""
 
     def __init__(self, path: str | Path, config: Config | str | Path | None = None,
                  backend: Backend | Callable[[], Backend] | None = None, embedder: Embedder | None = None,

@@ -24,7 +24,7 @@ from .backends.base import BackendError
 from .cli import CONFIG_HELP, one_line
 from .config import ConfigError
 from .ingest import InputError
-from .memory import Memory, memory_config
+from .memory import Memory, open_memory
 from .service import Service
 from .store import NotFound, StoreBusy, StoreError
 from .trust import hide_paths
@@ -248,8 +248,17 @@ def run_app(app, sock: socket.socket, **options) -> None:
 def open_service(store: str | Path, config: str | None = None, **options) -> Service:
     """The Service of a memory folder (created if missing) for the config named (None: the one it was built with,
     memory.memory_config)."""
-    cfg = memory_config(store, config)
-    return Service(Memory(store, cfg), Memory(store, cfg), **options)
+    writer = open_memory(store, config, writer="membox serve", models=True)
+    return Service(writer, _reader(writer), **options)
+
+
+def _reader(writer: Memory) -> Memory:
+    """The reader Memory beside a writer (open_memory's order); the writer is closed when it cannot open."""
+    try:
+        return open_memory(writer.path, writer.config)
+    except BaseException:
+        writer.close()
+        raise
 
 
 def log_to_stderr() -> None:
@@ -261,9 +270,9 @@ def cmd_serve(args) -> int:
     check_bind(args.host, key)
     sock = listen(args.host, args.port)
     log_to_stderr()
-    cfg = memory_config(args.store, args.config)
-    app = create_app(Memory(args.store, cfg), Memory(args.store, cfg), api_key=key, local=is_loopback(args.host))
-    print(f"membox: serving {args.store} (config {cfg.name}) on http://{args.host}:{args.port} "
+    writer = open_memory(args.store, args.config, writer="membox serve", models=True)
+    app = create_app(writer, _reader(writer), api_key=key, local=is_loopback(args.host))
+    print(f"membox: serving {args.store} (config {writer.config.name}) on http://{args.host}:{args.port} "
           f"(API docs at /docs){'; API key required' if key else ''}", file=sys.stderr)
     run_app(app, sock)
     return 0

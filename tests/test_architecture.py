@@ -141,3 +141,41 @@ def test_no_function_over_80_lines():
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
             and node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES]
     assert not long, f"functions over {MAX_FUNCTION_LINES} lines: {long}"
+
+
+def calls_up(run) -> list[str]:
+    """The calls `run()` makes from a module of the package into one of a higher layer (a callback, an object of a
+    module above handed down): what the layers allow only where a lower module is given something to call."""
+    import sys
+
+    def module(frame):
+        name = frame.f_globals.get("__name__", "") if frame is not None else ""
+        return name[len("membox_local."):] if name.startswith("membox_local.") else None
+
+    up = []
+
+    def profile(frame, event, arg):
+        if event == "call" and (callee := module(frame)) and (caller := module(frame.f_back)) and callee != caller:
+            lc, lr = layer_of(callee), layer_of(caller)
+            if lc is not None and lr is not None and lc > lr:
+                up.append(f"{caller}.{frame.f_back.f_code.co_name} -> {callee}.{frame.f_code.co_name}")
+
+    sys.setprofile(profile)
+    try:
+        run()
+    finally:
+        sys.setprofile(None)
+    return up
+
+
+def test_opening_a_served_memory_climbs_the_layers_at_most_three_times(tmp_path, monkeypatch):
+    """`membox serve DIR`'s way to an open memory (open_memory: config, models, store and components, build
+    settings; the writer, the reader and the intake store), traced call by call."""
+    from membox_local import memory
+    from membox_local.server import open_service
+
+    monkeypatch.setattr(memory, "preflight_models", lambda cfg, **kw: None)  # the models' own checks: not the path
+    opened = []
+    up = calls_up(lambda: opened.append(open_service(tmp_path / "mem")))
+    opened[0].close()
+    assert len(up) <= 3, up

@@ -155,7 +155,7 @@ def test_readers_work_during_a_build_and_a_second_writer_is_refused_naming_the_p
         # ... and the command line says so in one line (exit code 2), `membox build` and `membox forget` alike
         import membox_local.memory as memory_module
 
-        monkeypatch.setattr(memory_module, "preflight_models", lambda cfg: None)  # no model needed to be refused
+        monkeypatch.setattr(memory_module, "preflight_models", lambda cfg, **kw: None)  # no model needed to be refused
         config = config_file(tmp_path)
         capsys.readouterr()
         assert cli.main(["build", str(DEMO), "--store", str(folder), "--config", str(config)]) == 2
