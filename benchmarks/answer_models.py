@@ -26,44 +26,9 @@ CONVERSATIONS = ["conv-26", "conv-30", "conv-44"]  # 356 questions of categories
 
 
 def report(a) -> int:
-    """One table over run folders: each answering model's QA (three scorers, by category) on the questions
-    every model answered; records of a dates-off run are labelled as another answerer."""
-    from membox_local.config import load_config
-    from membox_local.evaluation.locomo import _read_records, summarise
+    from membox_local.evaluation.paired import answerers_report
 
-    records = {}
-    for src in map(Path, a.runs):
-        got = _read_records(src if src.suffix == ".gz" else src / "questions.jsonl")
-        off = "dates-off" in src.name
-        for (conv, mode, qid, who), r in got.items():
-            if r.get("scores"):
-                r = dict(r, answerer=f"{who} (dates as said)" if off else who)
-                records[(conv, mode, qid, r["answerer"])] = r
-    answerers = list(dict.fromkeys(k[3] for k in records))
-    on = [w for w in answerers if not w.endswith("(dates as said)")]
-    common = set.intersection(*({k[:3] for k in records if k[3] == w} for w in on)) if on else set()
-    chosen = [r for k, r in records.items() if k[:3] in common]
-    convs = sorted({k[0] for k in common})
-    s = Settings(config=a.config, conversations=convs, modes=["box-hits"], k=[10], budgets=[a.budget], qa_k=10,
-                 qa_budget=a.budget, answer_models=answerers)
-    summary = summarise(chosen, s, load_config(a.config), {}, {"split": 0, "malformed": 0, "unknown": 0,
-                                                               "questions_without_evidence": 0})
-    print(f"<!-- {len(common)} questions answered by every model ({', '.join(on)}) in {', '.join(convs)}; "
-          f"pooled from {' '.join(a.runs)} on {time.strftime('%Y-%m-%d')} -->")
-    print(markdown(summary).split("## QA", 1)[1].join(["## QA", ""]))
-    if a.save:  # the questions every model answered, as the table counts them (ids and scores, no dataset text)
-        from membox_local.evaluation.results import _load, scores_only, write_records
-
-        _, before = _load(Path(a.save)) if Path(a.save).exists() else ({}, {})
-        today = time.strftime("%Y-%m-%d")
-        out = {}
-        for key, r in records.items():
-            if key[:3] in common:
-                new = scores_only(r)
-                old = before.get(key, {})
-                out[key] = {**new, "date": old["date"] if {**old, "date": None} == {**new, "date": None} else today}
-        write_records(a.save, out)
-        print(f"<!-- saved {len(out)} answers to {a.save} -->")
+    print(answerers_report(a.runs, a.config, a.budget, a.save))
     return 0
 
 

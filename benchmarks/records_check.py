@@ -24,16 +24,13 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import sys
-import time
 from pathlib import Path
 
 from membox_local.config import load_config
-from membox_local.evaluation.records import kept, records_row
+from membox_local.evaluation.records import (box_key as key, extract_raw, filed_boxes, kept, records_row,
+                                             records_table, sample_boxes)
 from membox_local.ingest import load_jsonl
-from membox_local.memory import open_store
-from membox_local.prompts import extract_prompt, extract_schema, numbered_lines
-from membox_local.records import Box
+from membox_local.prompts import numbered_lines
 
 REPO = Path(__file__).resolve().parent.parent
 OUT = Path("runs/records")
@@ -42,81 +39,29 @@ SAVED = REPO / "benchmarks" / "results" / "records-check.json"
 DEMO = REPO / "membox_local" / "data" / "demo.jsonl"
 DEMO_BUILD = Path("runs/records-demo")
 LINES = "+lines"  # the raw outputs of `run --events lines` (a topic: code makes the events from the lines)
-CONVERSATIONS = ["conv-26", "conv-30", "conv-44"]
 
 
-def sample_boxes(builds: Path, per_conversation: int) -> list[Box]:
-    """Every n-th box of 3+ messages of each conversation, `per_conversation` of them (the 30 boxes of the first
-    hand check, docs/experiments.md)."""
-    out = []
-    for conv in CONVERSATIONS:
-        if not (builds / conv / "memory.db").exists():
-            raise SystemExit(f"{builds / conv}: no build; make it first (this script's docstring: membox eval locomo)")
-        store = open_store(builds / conv)
-        boxes = [b for b in store.boxes(conv) if len(b.messages) >= 3]
-        store.close()
-        if not boxes:
-            raise SystemExit(f"{builds / conv}: no boxes; build them first (this docstring's membox eval command)")
-        step = max(1, len(boxes) // per_conversation)
-        out += boxes[::step][:per_conversation]
-    return out
-
-
-def key(box: Box) -> str:
-    return f"{box.conversation_id}/{box.messages[0].message_id}"
-
-
-def demo_boxes(config: str) -> list[Box]:
-    """The demo conversation filed into boxes by the config's judge (no records), as `make demo` files it."""
+def all_boxes(a) -> list:
+    """The boxes of `--sample`: the LoCoMo dev sample, the demo's (filed as `make demo` files them), or both."""
     from membox_local import Memory
-    from membox_local.loom import file_into_boxes
 
-    if not (DEMO_BUILD / "memory.db").exists():
-        mem = Memory(DEMO_BUILD, load_config(config))
-        msgs = load_jsonl(DEMO)
-        mem.store.add_messages(msgs)
-        for conv in dict.fromkeys(m.conversation_id for m in msgs):
-            file_into_boxes(mem, conv)
-        mem.close()
-    store = open_store(DEMO_BUILD)
-    out = [b for c in store.conversations() for b in store.boxes(c)]
-    store.close()
-    return out
-
-
-def all_boxes(a) -> list[Box]:
-    """The boxes of `--sample`: the LoCoMo dev sample, the demo's, or both."""
     locomo = sample_boxes(Path(a.builds), a.per_conversation) if a.sample in ("all", "locomo") else []
-    return locomo + (demo_boxes(a.config) if a.sample in ("all", "demo") else [])
+    if a.sample == "locomo":
+        return locomo
+    return locomo + filed_boxes(DEMO_BUILD, load_jsonl(DEMO), lambda: Memory(DEMO_BUILD, load_config(a.config)))
 
 
 def run(a) -> None:
     from membox_local.backends import make_backend
-    from membox_local.backends.base import JsonRequest
 
     cfg = load_config(a.config)
     boxes = all_boxes(a)
     OUT.mkdir(parents=True, exist_ok=True)
     cfg.extract.events = a.events
     for model in a.models:
-        path = OUT / f"{model}{LINES if a.events == 'lines' else ''}.jsonl"
-        done = {json.loads(line)["box"] for line in path.open()} if path.exists() else set()
         backend = make_backend(dataclasses.replace(cfg.llm, model=model, n_threads=a.threads or cfg.llm.n_threads))
         try:
-            with path.open("a") as fh:
-                for box in boxes:
-                    if key(box) in done:
-                        continue
-                    t0 = time.time()
-                    req = JsonRequest(extract_prompt(box.messages, box.session_date, cfg.extract),
-                                      extract_schema(cfg.extract, len(box.messages)), "extract",
-                                      cfg.extract.max_tokens)
-                    res = backend.json([req])[0]
-                    rec = {"box": key(box), "s": round(time.time() - t0, 2)}
-                    rec.update({"error": str(res)} if isinstance(res, BaseException) else {"data": res.data})
-                    fh.write(json.dumps(rec) + "\n")
-                    fh.flush()
-                    print(f"{model} {key(box)} {rec['s']} s", file=sys.stderr)
+            extract_raw(boxes, cfg, backend, OUT / f"{model}{LINES if a.events == 'lines' else ''}.jsonl")
         finally:
             backend.close()
 
@@ -157,15 +102,7 @@ def report(a) -> dict:
         for part, chosen in (("locomo", [b for b in boxes if b.conversation_id.startswith("conv-")]),
                              ("demo", [b for b in boxes if not b.conversation_id.startswith("conv-")])):
             rows[f"{model} / {part}"] = records_row(chosen, boxes, recs, labels.get(model), cfg, key)
-    print("| model / boxes | boxes | events/box | wrong person (hand) | name no participant | grounded in cited line | "
-          "dropped (by code) | s/box |")
-    print("|---|---|---|---|---|---|---|---|")
-    for name, r in rows.items():
-        hand = f"{r['wrong_person']} ({100 * r['wrong_person_share']:.1f}%)" if r["hand_checked"] else "not checked"
-        drops = ", ".join(f"{n} {k}" for k, n in sorted(r["dropped"].items())) or "none"
-        none = f"{r['names_no_participant']} ({100 * r['names_no_participant'] / max(1, r['events']):.0f}%)"
-        print(f"| {name} | {r['boxes']} | {r['events_per_box']} | {hand} | {none} | "
-              f"{100 * r['grounded_in_cited_line']:.0f}% | {drops} | {r['s_per_box']} |")
+    print("\n".join(records_table(rows)))
     if a.save:
         SAVED.write_text(json.dumps({"command": "python benchmarks/records_check.py report --save",
                                      "config": a.config, "rows": rows}, indent=1) + "\n")

@@ -23,8 +23,8 @@ import time
 from pathlib import Path
 
 from membox_local.evaluation.segmentation import load_dialogues
-from membox_local.fit.cache import LookupEmbedder, ScoreCache, judge_order, precompute_scores, score_cache_path
-from membox_local.fit.measure import config_of, no_boundaries
+from membox_local.fit.cache import LookupEmbedder, ScoreCache, precompute_scores, score_cache_path
+from membox_local.fit.measure import cached_prefix, config_of, configs_report, no_boundaries, uses_llm
 
 REPO = Path(__file__).resolve().parent.parent
 RUNS = REPO / "runs" / "segmentation"
@@ -33,25 +33,6 @@ CACHE = REPO / "benchmarks" / "cache"
 DEFAULT_SPECS = ["cpu", "cpu-switch", "cpu-minilm", "cpu:embedding"]
 # published figures in the README of ../shared/data/segmentation (Pk / WD / F1), for the printout only
 PUBLISHED = {"dialseg711_test": {"CSM": (0.278, 0.302, 0.610), "RoBERTa-TIAGE": (0.197, 0.210, 0.650)}}
-
-
-def uses_llm(cfg) -> bool:
-    """Whether the config's judge asks the LLM (only the hybrid's score requests can come from the cache)."""
-    from membox_local.judges import make_judge
-
-    judge = make_judge(cfg.loom)
-    if judge.uses_llm and cfg.loom.judge != "hybrid":
-        raise SystemExit(f"{cfg.name}: judge {cfg.loom.judge!r} asks the LLM in words; this report reads only "
-                         "cached likelihood scores (use `membox eval segmentation` for it)")
-    return judge.uses_llm
-
-
-def cached_prefix(dialogues, cache: ScoreCache, window: int) -> int:
-    """How many leading dialogues have every score the judges ask for in the cache."""
-    for n, d in enumerate(dialogues):
-        if not all(r in cache for per in judge_order(d.messages, window) for r in per):
-            return n
-    return len(dialogues)
 
 
 def main() -> int:
@@ -85,30 +66,12 @@ def main() -> int:
         if not dls:
             raise SystemExit(f"{path}: no dialogue to measure")
         emb = LookupEmbedder(base, [m.text for d in dls for m in d.messages], RUNS / "vectors.npz")
-        from membox_local.evaluation.segmentation import evaluate, summarise
-
         stem = Path(path).stem
         out = {"date": time.strftime("%Y-%m-%d"), "command": "python benchmarks/segmentation_report.py " +
                " ".join(sys.argv[1:]), "data": Path(path).name, "dialogues": len(dls),
                "turns": sum(len(d.messages) for d in dls), "llm": sorted(llm_models),
-               "embedder": base.embedder.model, "no_boundaries": no_boundaries(dls), "configs": {}}
-        for spec, cfg in cfgs.items():
-            t0 = time.time()
-            rows, s = evaluate(cfg, dls, embedder=emb, backend=scorer if uses_llm(cfg) else None)
-            out["configs"][spec] = {
-                "judge": cfg.loom.judge, **{k: s[k] for k in ("pk", "wd", "f1", "messages_per_box",
-                                                              "hyp_boundaries_per_dialogue",
-                                                              "ref_boundaries_per_dialogue")},
-                "dialogue_rows": [{k: r[k] for k in ("id", "turns", "pk", "wd", "f1", "hyp")} for r in rows]}
-            print(f"{stem} {spec:16s} {s['pk']:.3f} / {s['wd']:.3f} / {s['f1']:.3f}  "
-                  f"({s['hyp_boundaries_per_dialogue']:.2f} boundaries per dialogue, reference "
-                  f"{s['ref_boundaries_per_dialogue']:.2f}; {time.time() - t0:.0f}s)", file=sys.stderr, flush=True)
-            if 0 < args.after < len(rows):
-                rest = summarise(rows[args.after:])
-                out["configs"][spec][f"after_{args.after}"] = {
-                    k: rest[k] for k in ("dialogues", "pk", "wd", "f1", "hyp_boundaries_per_dialogue")}
-                print(f"{stem} {spec:16s} {rest['pk']:.3f} / {rest['wd']:.3f} / {rest['f1']:.3f}  "
-                      f"(dialogues {args.after + 1}-{len(rows)} alone)", file=sys.stderr, flush=True)
+               "embedder": base.embedder.model, "no_boundaries": no_boundaries(dls)}
+        out["configs"] = configs_report(cfgs, dls, emb, scorer, args.after, stem)
         for name, (pk_, wd_, f1_) in PUBLISHED.get(stem, {}).items():
             print(f"{stem} {name + ' (published)':16s} {pk_:.3f} / {wd_:.3f} / {f1_:.3f}", file=sys.stderr)
         RUNS.mkdir(parents=True, exist_ok=True)

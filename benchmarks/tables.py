@@ -402,11 +402,9 @@ PEERS = (("membox", "membox_local (the default)"), ("mem0", "mem0ai 2.2.1"), ("a
 
 def peers_rows() -> dict:
     """The saved peers runs pooled as `python -m benchmarks.peers report` pools them."""
-    if str(REPO) not in sys.path:
-        sys.path.insert(0, str(REPO))
-    from benchmarks.peers import report
+    from membox_local.evaluation.peers import merge, summarise
 
-    return report.summarise(report.merge([load(n) for n in ("peers-conv26-s2.json", "peers-conv30-s2.json")]))
+    return summarise(merge([load(n) for n in ("peers-conv26-s2.json", "peers-conv30-s2.json")]))
 
 
 @table

@@ -36,7 +36,7 @@ LAYERS: list[tuple[str, set[str]]] = [
                       "graph_cli", "api_models", "service", "server", "server_guard", "mcp_server",
                       "evaluation.scorers", "evaluation.segmentation", "evaluation.locomo", "evaluation.locomo_report", "evaluation.longmemeval", "evaluation.results",
                       "evaluation.integrity", "evaluation.crash", "evaluation.soak", "evaluation.latency", "evaluation.backtracking", "evaluation.next_turn", "evaluation.bounded",
-                      "evaluation.paired", "evaluation.records", "evaluation.scale",
+                      "evaluation.paired", "evaluation.records", "evaluation.scale", "evaluation.peers",
                       "fit", "fit.*"}),
 ]
 

@@ -16,7 +16,7 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from benchmarks.peers import report  # noqa: E402
+from membox_local.evaluation import peers as report  # noqa: E402
 from benchmarks.peers.harness import (  # noqa: E402
     Conversation, PeerSystem, Question, Retrieved, Settings, fit_budget, grade, items_context, run_all,
     select_questions, slice_messages)

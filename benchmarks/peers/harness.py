@@ -474,7 +474,7 @@ def cmd_run(s: Settings) -> int:
     from membox_local.weights import resolve_model
 
     from .llm_server import LlamaServer, ServerError, UsageProxy
-    from .report import markdown
+    from membox_local.evaluation.peers import markdown
 
     for key in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):  # the embedders' torch threads here, as each worker gets
         os.environ.setdefault(key, str(s.threads))
@@ -531,7 +531,7 @@ def main(argv: list[str] | None = None) -> int:
 
     a = parse(argv)
     if a.cmd == "report":
-        from .report import markdown, merge
+        from membox_local.evaluation.peers import markdown, merge
 
         print(markdown(merge([json.loads(Path(path).read_text()) for path in a.results])))
         return 0

@@ -141,3 +141,44 @@ def versus(new: list[dict], old: list[dict], modes: list[str]) -> list[dict]:
                          "recall@1000 differs": sum(a[(q, mode)]["recall@1000"] != b[(q, mode)]["recall@1000"]
                                                     for q in both)})
     return rows
+
+
+def answerers_report(runs: list[str], config: str, budget: int, save: str | None = None) -> str:
+    """One Markdown QA table over LoCoMo run folders (or saved .jsonl.gz results) of several answering models
+    (benchmarks/answer_models.py report): each model's scores on the questions every model answered; a run
+    folder named "dates-off" counts as another answerer ("dates as said"). `save`: those answers written there
+    (ids and scores, no dataset text), each keeping its date where its scores are unchanged."""
+    import time
+
+    from ..config import load_config
+    from .locomo import Settings, _read_records, markdown, summarise
+    from .results import _load, scores_only, write_records
+
+    records = {}
+    for src in map(Path, runs):
+        off = "dates-off" in src.name
+        for (conv, mode, qid, who), r in _read_records(src if src.suffix == ".gz" else src / "questions.jsonl").items():
+            if r.get("scores"):
+                r = dict(r, answerer=f"{who} (dates as said)" if off else who)
+                records[(conv, mode, qid, r["answerer"])] = r
+    answerers = list(dict.fromkeys(k[3] for k in records))
+    on = [w for w in answerers if not w.endswith("(dates as said)")]
+    common = set.intersection(*({k[:3] for k in records if k[3] == w} for w in on)) if on else set()
+    convs = sorted({k[0] for k in common})
+    s = Settings(config=config, conversations=convs, modes=["box-hits"], k=[10], budgets=[budget], qa_k=10,
+                 qa_budget=budget, answer_models=answerers)
+    summary = summarise([r for k, r in records.items() if k[:3] in common], s, load_config(config), {},
+                        {"split": 0, "malformed": 0, "unknown": 0, "questions_without_evidence": 0})
+    out = [f"<!-- {len(common)} questions answered by every model ({', '.join(on)}) in {', '.join(convs)}; "
+           f"pooled from {' '.join(runs)} on {time.strftime('%Y-%m-%d')} -->",
+           markdown(summary).split("## QA", 1)[1].join(["## QA", ""])]
+    if save:
+        _, before = _load(Path(save)) if Path(save).exists() else ({}, {})
+        today, kept = time.strftime("%Y-%m-%d"), {}
+        for key, r in records.items():
+            if key[:3] in common:
+                new, old = scores_only(r), before.get(key, {})
+                kept[key] = {**new, "date": old["date"] if {**old, "date": None} == {**new, "date": None} else today}
+        write_records(save, kept)
+        out.append(f"<!-- saved {len(kept)} answers to {save} -->")
+    return "\n".join(out)

@@ -4,7 +4,11 @@ holds, and the hand labels of who the kept events name."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
+import sys
+import time
+from pathlib import Path
 from typing import Callable
 
 from ..attribution import (checked_topic, display_name, extracted_events, model_topic, statements,
@@ -13,6 +17,85 @@ from ..grounding import grounding
 from ..loom import text_keywords
 from ..prompts import extract_system
 from ..records import Box
+from ..store import built_systems, store_class
+from ..systems import tables_for
+
+CONVERSATIONS = ("conv-26", "conv-30", "conv-44")  # the LoCoMo dev sample of the hand checks (docs/experiments.md)
+
+
+def box_key(box: Box) -> str:
+    return f"{box.conversation_id}/{box.messages[0].message_id}"
+
+
+def _boxes(folder: Path, conversation: str | None = None) -> list[Box]:
+    db = folder / "memory.db"
+    store = store_class(tables_for(built_systems(db)))(db)
+    try:
+        return [b for c in ([conversation] if conversation else store.conversations()) for b in store.boxes(c)]
+    finally:
+        store.close()
+
+
+def sample_boxes(builds: Path, per_conversation: int, conversations=CONVERSATIONS) -> list[Box]:
+    """Every n-th box of 3+ messages of each conversation's boxes-only build (`builds/CONV`), `per_conversation` of
+    them (the 30 boxes of the first hand check)."""
+    out = []
+    for conv in conversations:
+        if not (builds / conv / "memory.db").exists():
+            raise SystemExit(f"{builds / conv}: no build; make it first (`membox eval locomo --boxes-only`)")
+        boxes = [b for b in _boxes(builds / conv, conv) if len(b.messages) >= 3]
+        if not boxes:
+            raise SystemExit(f"{builds / conv}: no boxes; build them first (`membox eval locomo --boxes-only`)")
+        step = max(1, len(boxes) // per_conversation)
+        out += boxes[::step][:per_conversation]
+    return out
+
+
+def filed_boxes(folder: Path, messages: list, memory_factory) -> list[Box]:
+    """The messages filed into boxes (no records) in `folder` once, by the judge of the Memory `memory_factory()`
+    opens there (the demo's boxes as `make demo` files them)."""
+    from ..loom import file_into_boxes
+
+    if not (folder / "memory.db").exists():
+        mem = memory_factory()
+        mem.store.add_messages(messages)
+        for conv in dict.fromkeys(m.conversation_id for m in messages):
+            file_into_boxes(mem, conv)
+        mem.close()
+    return _boxes(folder)
+
+
+def extract_raw(boxes: list[Box], cfg, backend, path: Path) -> None:
+    """Each box's raw extraction output from `backend` appended to `path` as {"box", "s", "data" or "error"};
+    boxes already there are skipped (resumable)."""
+    from ..backends.base import JsonRequest
+    from ..prompts import extract_prompt, extract_schema
+
+    done = {json.loads(line)["box"] for line in path.open()} if path.exists() else set()
+    with path.open("a") as fh:
+        for box in (b for b in boxes if box_key(b) not in done):
+            t0 = time.time()
+            req = JsonRequest(extract_prompt(box.messages, box.session_date, cfg.extract),
+                              extract_schema(cfg.extract, len(box.messages)), "extract", cfg.extract.max_tokens)
+            res = backend.json([req])[0]
+            rec = {"box": box_key(box), "s": round(time.time() - t0, 2)}
+            rec.update({"error": str(res)} if isinstance(res, BaseException) else {"data": res.data})
+            fh.write(json.dumps(rec) + "\n")
+            fh.flush()
+            print(f"{path.stem} {box_key(box)} {rec['s']} s", file=sys.stderr)
+
+
+def records_table(rows: dict[str, dict]) -> list[str]:
+    """records_row's rows (name -> row) as a Markdown table."""
+    out = ["| model / boxes | boxes | events/box | wrong person (hand) | name no participant | grounded in cited line "
+           "| dropped (by code) | s/box |", "|---|---|---|---|---|---|---|---|"]
+    for name, r in rows.items():
+        hand = f"{r['wrong_person']} ({100 * r['wrong_person_share']:.1f}%)" if r["hand_checked"] else "not checked"
+        drops = ", ".join(f"{n} {k}" for k, n in sorted(r["dropped"].items())) or "none"
+        none = f"{r['names_no_participant']} ({100 * r['names_no_participant'] / max(1, r['events']):.0f}%)"
+        out.append(f"| {name} | {r['boxes']} | {r['events_per_box']} | {hand} | {none} | "
+                   f"{100 * r['grounded_in_cited_line']:.0f}% | {drops} | {r['s_per_box']} |")
+    return out
 
 
 def participants(box: Box, boxes: list[Box]) -> list[str]:

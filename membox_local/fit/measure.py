@@ -87,3 +87,52 @@ def choose(report: dict, md_name: str = "fit.md") -> dict:
 def chosen_fields(c: dict) -> dict:
     """A chosen candidate's settings and figures, as the fits print them on stdout."""
     return {k: c[k] for k in ("name", "loom", "dev", "dialseg711", "locomo")}
+
+
+def uses_llm(cfg) -> bool:
+    """Whether the config's judge asks the LLM (only the hybrid's score requests can come from the cache)."""
+    from ..judges import make_judge
+
+    judge = make_judge(cfg.loom)
+    if judge.uses_llm and cfg.loom.judge != "hybrid":
+        raise SystemExit(f"{cfg.name}: judge {cfg.loom.judge!r} asks the LLM in words; this report reads only "
+                         "cached likelihood scores (use `membox eval segmentation` for it)")
+    return judge.uses_llm
+
+
+def cached_prefix(dialogues, cache, window: int) -> int:
+    """How many leading dialogues have every score the judges ask for in the cache (a fit.cache.ScoreCache)."""
+    from .cache import judge_order
+
+    for n, d in enumerate(dialogues):
+        if not all(r in cache for per in judge_order(d.messages, window) for r in per):
+            return n
+    return len(dialogues)
+
+
+def configs_report(cfgs: dict[str, Config], dialogues, emb, scorer, after: int, stem: str) -> dict:
+    """Each config's judge on the dialogues (the Loom's online rule, `evaluate`; the hybrid's LLM scores from
+    `scorer`): macro Pk / WD / F1, box sizes and each dialogue's row; with `after`, also the macro averages over the
+    dialogues after the first `after` (a part held out of a choice). A line per config to stderr."""
+    import time
+
+    from ..evaluation.segmentation import summarise
+
+    out = {}
+    for spec, cfg in cfgs.items():
+        t0 = time.time()
+        rows, s = evaluate(cfg, dialogues, embedder=emb, backend=scorer if uses_llm(cfg) else None)
+        out[spec] = {"judge": cfg.loom.judge, **{k: s[k] for k in ("pk", "wd", "f1", "messages_per_box",
+                                                                   "hyp_boundaries_per_dialogue",
+                                                                   "ref_boundaries_per_dialogue")},
+                     "dialogue_rows": [{k: r[k] for k in ("id", "turns", "pk", "wd", "f1", "hyp")} for r in rows]}
+        print(f"{stem} {spec:16s} {s['pk']:.3f} / {s['wd']:.3f} / {s['f1']:.3f}  "
+              f"({s['hyp_boundaries_per_dialogue']:.2f} boundaries per dialogue, reference "
+              f"{s['ref_boundaries_per_dialogue']:.2f}; {time.time() - t0:.0f}s)", file=sys.stderr, flush=True)
+        if 0 < after < len(rows):
+            rest = summarise(rows[after:])
+            out[spec][f"after_{after}"] = {k: rest[k] for k in ("dialogues", "pk", "wd", "f1",
+                                                                "hyp_boundaries_per_dialogue")}
+            print(f"{stem} {spec:16s} {rest['pk']:.3f} / {rest['wd']:.3f} / {rest['f1']:.3f}  "
+                  f"(dialogues {after + 1}-{len(rows)} alone)", file=sys.stderr, flush=True)
+    return out

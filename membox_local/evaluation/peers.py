@@ -1,10 +1,11 @@
-"""Figures of a saved peers run, per system (pooled over its conversations: per message, build seconds, LLM calls
-and tokens; per question, answer seconds, context tokens, every scorer's mean, the LoCoMo F1 of each category,
+"""The peers harness's report (benchmarks/peers, `python -m benchmarks.peers report`): figures of a saved peers
+run, per system (pooled over its conversations: per message, build seconds, LLM calls and tokens; per question, answer seconds, context tokens, every scorer's mean, the LoCoMo F1 of each category,
 evidence recall where the system gave sources), their markdown table, and the issue's targets below it: membox_local's
 LoCoMo F1 above every peer's, and at least 3x fewer build seconds per message than mem0."""
 from __future__ import annotations
 
-CATEGORY_NAMES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop", 5: "adversarial"}
+from .locomo_report import CATEGORY_NAMES
+
 LABELS = {"membox": "membox_local (default)", "mem0": "mem0", "amem": "A-Mem"}
 SPEED_TARGET = 3.0  # build seconds per message: mem0's at least this many times membox_local's
 
