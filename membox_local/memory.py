@@ -88,7 +88,8 @@ class Memory(BuildSettings, Filing, Erasure, Verbs, Reading):
     - this class: `path`, `config`, `store` (SQLite, the one source of truth), `components` (each system's own
       state: the Loom's open box, read again from the store after another writer), the models (`_embedder`,
       `_backend`, `_answer_backend`, `_made`: loaded on first use, closed by close), the write lock
-      (`_write_lock`, `_writer_token`) and the vector indexes (`_indexes`: opened by Reading.index, saved by close);
+      (`_write_lock`, `_writer_token`), the vector indexes (`_indexes`: opened by Reading.index, saved by close) and
+      the retrievers (`_retrievers`: kept by Reading.retriever while the store's rows are unchanged);
     - its parts, one module each, hold no state of their own and work on the above: BuildSettings
       (memory_settings.py: the build settings and config stored in the store's meta), Filing (memory_filing.py:
       add, seal), Erasure (memory_erasure.py: forget, update, delete, reset), Verbs (memory_verbs.py: get,
@@ -115,6 +116,7 @@ class Memory(BuildSettings, Filing, Erasure, Verbs, Reading):
         self._answer_backend = answer_backend
         self._made: dict[str, Backend] = {}  # the models this Memory loaded itself, by settings (llm_key): shared
         self._indexes: dict[str, VectorIndex] = {}
+        self._retrievers: dict[str, tuple[int, object]] = {}  # mode -> (store generation, retriever): Reading.retriever
         self.components: list[Component] = [component_class(n)(self) for n in self.config.memory.systems]
 
     def system(self, name: str) -> Component:

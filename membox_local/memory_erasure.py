@@ -192,8 +192,10 @@ class Erasure:
         return counts
 
     def drop_indexes(self) -> None:
-        """Delete the vector indexes beside the store: they are derived, and rebuilt from it when missing."""
+        """Delete the vector indexes beside the store: they are derived, and rebuilt from it when missing; and the
+        retrievers this Memory keeps (their box maps hold the texts), made anew by the next question."""
         self._indexes.clear()
+        self._retrievers.clear()
         # the indexes, their id maps, and what an index save killed midway left (it may hold forgotten vectors)
         for pattern in ("*.hnsw", "*.ids.json", "*.tmp"):
             for p in self.path.glob(pattern):

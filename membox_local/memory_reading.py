@@ -88,6 +88,16 @@ class Reading:
             self._indexes[name] = VectorIndex(self.path / f"{name}.hnsw", self.embedder.dim)
         return self._indexes[name]
 
+    def retriever(self, mode: str):
+        """The mode's retriever, kept while the rows it reads are unchanged (Store.generation: any write of
+        messages or boxes, by this process or another, makes the next question build it anew), so that a question
+        does not read and index the whole scope again: its box map, BM25 index and window vectors are made once."""
+        now = self.store.generation()
+        kept = self._retrievers.get(mode)
+        if kept is None or kept[0] != now:
+            kept = self._retrievers[mode] = (now, make_retriever(mode, self))
+        return kept[1]
+
     def evidence_scorer(self):
         """[retrieve] evidence_model's scorer (box-hits' second stage), or None where the config names none."""
         name = self.config.retrieve.evidence_model
@@ -146,7 +156,7 @@ class Reading:
         for name, value in (("k", k), ("budget_tokens", budget_tokens)):
             if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
                 raise InputError(f"{name} must be a whole number of at least 1 (got {value!r})")
-        retriever = make_retriever(mode, self)
+        retriever = self.retriever(mode)
         k = rc.k if k is None else k
         budget_tokens = rc.budget_tokens if budget_tokens is None else budget_tokens
         return retriever.retrieve(question, self._default_conversation(conversation_id, "retrieve"), k, budget_tokens)

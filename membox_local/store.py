@@ -32,7 +32,7 @@ from .records import Change, Message
 from .store_connections import CACHE_KIB, Connections
 from .store_lock import LOCK_FILE, NotFound, StoreBusy, StoreError, WriteLock  # noqa: F401  (the store's API)
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -92,6 +92,23 @@ CREATE TABLE IF NOT EXISTS build_time (
     PRIMARY KEY (conversation_id, stage)
 );
 """
+# What a reader builds from the rows (a retriever's box map: messages, vectors, boxes, BM25) is kept while nothing it
+# reads changed: the `changes` row counts every insert, update and delete of those rows, made by triggers on the
+# tables themselves, so that a write of any connection or process counts (Store.generation; a part adds triggers on
+# its own tables). Schema 5 added it.
+CHANGES = """
+CREATE TABLE IF NOT EXISTS changes (what TEXT PRIMARY KEY, n INTEGER NOT NULL);
+INSERT OR IGNORE INTO changes VALUES ('rows', 0)
+"""
+
+
+def counted(table: str) -> tuple[str, ...]:
+    """The triggers that count each insert, update and delete of `table` in the `changes` row (CHANGES)."""
+    return tuple(f"CREATE TRIGGER IF NOT EXISTS {table}_{op.lower()}_counted AFTER {op} ON {table} "
+                 f"BEGIN UPDATE changes SET n = n + 1 WHERE what = 'rows'; END" for op in ("INSERT", "UPDATE", "DELETE"))
+
+
+TRIGGERS = counted("messages")
 # Schema 3 added the build_time table (seconds and calls per conversation and build stage, profile.py).
 # Columns a schema version added to a table that existed before it: (table, column, declaration), added to a store
 # of an older version when it is opened (Store._migrate). New stores get them from SCHEMA's CREATE TABLE.
@@ -160,12 +177,14 @@ class Store:
     `transaction()`, one at a time."""
 
     TABLES = "core"
-    SCHEMA = SCHEMA
+    SCHEMA = SCHEMA + ";" + CHANGES
+    TRIGGERS = TRIGGERS
     SCHEMA_VERSION = SCHEMA_VERSION
     COLUMNS_ADDED = COLUMNS_ADDED
     ID_COLUMNS = {"messages": {"uid": "messages"}, "llm_usage": {"id": "llm_usage"}, "history": {"id": "history"}}
     OWN_ID = {"messages": "uid", "llm_usage": "id", "history": "id"}
-    KEYED = ("embeddings", "meta", "build_time")  # build_time: keyed by (conversation, stage), disjoint across shards
+    # build_time: keyed by (conversation, stage), disjoint across shards; changes: a merged store starts a count anew
+    KEYED = ("embeddings", "meta", "build_time", "changes")
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
@@ -210,8 +229,16 @@ class Store:
                 for stmt in part.SCHEMA.split(";"):
                     if stmt.strip():
                         self.db.execute(stmt)
+                for stmt in part.__dict__.get("TRIGGERS", ()):
+                    self.db.execute(stmt)
                 if stored != part.SCHEMA_VERSION:
                     self.db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, str(part.SCHEMA_VERSION)))
+
+    def generation(self) -> int:
+        """How many inserts, updates and deletes the rows a reader builds from have seen (CHANGES): equal numbers
+        mean nothing of them changed in between, whoever wrote."""
+        with self._conns.read() as db:
+            return db.execute("SELECT n FROM changes WHERE what = 'rows'").fetchone()[0]
 
     def _schema_version(self, key: str) -> int | None:
         """A part's stored schema version; None for a new store or a part new to it."""

@@ -234,6 +234,30 @@ def test_length_cost_lowers_each_message_by_the_log_of_its_length(memory, filed)
     assert np.allclose(r.priorities(bm, qv)[1], base)
 
 
+def test_priorities_are_each_boxs_best_neighbour_less_decay_plus_the_box_cosine(memory, filed):
+    """The priorities, computed for all boxes of a size at once, are the definition's, box by box."""
+    r = make_retriever("box-hits", memory)
+    bm = r.box_map(CONV)
+    qv = memory.embedder.encode(["the kitten on the piano"])[0]
+    rel, prio = r.priorities(bm, qv, "the kitten on the piano")
+    for b, idx in enumerate(bm.members):
+        for i in idx:
+            best = max(rel[j] - r.decay * abs(list(idx).index(i) - list(idx).index(j)) for j in idx)
+            assert prio[i] == pytest.approx(best + r.box_weight * float(bm.centroids[b] @ qv))
+
+
+def test_a_memory_keeps_its_retriever_until_a_message_or_box_changes(memory, filed):
+    """Memory.context reads the scope once: the retriever (its box map, BM25, windows) is kept while the store's
+    messages and boxes are unchanged, and made anew after a write (Store.generation)."""
+    memory.context("cherry tomatoes", CONV, mode="box-hits")
+    kept = memory.retriever("box-hits")
+    memory.context("a tow truck", CONV, mode="box-hits")  # a new question embedded and cached: not a change
+    assert memory.retriever("box-hits") is kept
+    memory.store.add_messages([Message(CONV, "D3:1", "Ann", "Pixel learned to open the fridge", "3", "1 July 2023")])
+    assert memory.retriever("box-hits") is not kept
+    assert "fridge" in memory.context("what did Pixel learn to open", CONV, mode="box-hits").text
+
+
 @pytest.fixture
 def second_stage(memory, filed, tmp_path, monkeypatch):
     """box-hits with the evidence cross-encoder's double as its second stage (testing.FakeContinuityScorer: the

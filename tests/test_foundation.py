@@ -26,7 +26,7 @@ def test_store_is_wal_versioned_and_idempotent(tmp_path):
     s = Store(tmp_path / "m.db")
     assert s.db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     # 2: message tags and the history table (tests/test_verbs.py); 3: build times (tests/test_profile.py)
-    assert s.get_meta("schema_version") == "4"
+    assert s.get_meta("schema_version") == "5"
     m = [Message("c", "1", "A", "hi"), Message("c", "2", "B", "hello")]
     assert s.add_messages(m) == 2
     assert s.add_messages(m) == 0

@@ -180,7 +180,7 @@ def test_a_schema_2_store_gets_the_build_time_table(tmp_path):
     db.commit()
     db.close()
     s = Store(tmp_path / "m.db")
-    assert s.get_meta("schema_version") == "4"
+    assert s.get_meta("schema_version") == "5"
     s.record_build_time([("c", "extract", 1.5, 2)])
     s.record_build_time([("c", "extract", 0.5, 1)])  # adds up
     assert s.build_time_by_stage() == {"extract": {"wall_s": 2.0, "calls": 3}}

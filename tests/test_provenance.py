@@ -101,7 +101,7 @@ def test_a_store_of_schema_2_opens_with_no_sources_and_show_says_so(tmp_path, cf
         events = mem.store.events()
         assert len(events) == n_events > 0 and {e.sources for e in events} == {None}
         assert {json.dumps(b.dropped) for b in mem.boxes()} == {"{}"}
-        assert mem.store.get_meta("schema_version.membox") == "3"
+        assert mem.store.get_meta("schema_version.membox") == "4"
 
 
 # ---- membox show -----------------------------------------------------------------------------------------------------

@@ -343,7 +343,7 @@ def test_a_schema_1_store_opens_and_migrates(tmp_path, cfg):
     assert "metadata" not in columns(folder / "memory.db")
 
     with Memory(folder, cfg, backend=FakeBackend(), embedder=FakeEmbedder()) as mem:  # migrated on open
-        assert mem.store.get_meta("schema_version") == str(SCHEMA_VERSION) == "4"
+        assert mem.store.get_meta("schema_version") == str(SCHEMA_VERSION) == "5"
         assert "read_tokens" not in mem.store.usage_by_stage()["extract"]  # old rows did not say
         assert mem.boxes() == boxes and mem.get((CONV, "s1-1")).metadata == {}
         assert mem.history((CONV, "s1-1")) == []  # a record's history starts with the migration
@@ -353,6 +353,6 @@ def test_a_schema_1_store_opens_and_migrates(tmp_path, cfg):
     assert {"user_id", "agent_id", "metadata"} <= columns(folder / "memory.db")
     again = Store(folder / "memory.db")  # opening again changes nothing (idempotent)
     try:
-        assert again.get_meta("schema_version") == "4" and len(again.messages(CONV)) == 14
+        assert again.get_meta("schema_version") == "5" and len(again.messages(CONV)) == 14
     finally:
         again.close()

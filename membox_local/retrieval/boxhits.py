@@ -67,6 +67,16 @@ class BoxMap:
     scope: str | None  # the conversation id, or None for every conversation
     tokens: np.ndarray | None = None  # message index -> its length in count_tokens units (made when first used)
     lexical: LexicalIndex | None = None  # BM25 over the messages as shown (made when first used; memory only)
+    same_size: list[np.ndarray] | None = None  # the boxes grouped by size: each a (boxes, size) index matrix
+
+    def by_size(self) -> list[np.ndarray]:
+        """The boxes' members grouped by their size, one (boxes x size) matrix of message indices per size: what
+        lets the priorities be computed for every box of a size at once."""
+        if self.same_size is None:
+            sizes = np.array([len(idx) for idx in self.members])
+            self.same_size = [np.stack([self.members[b] for b in np.flatnonzero(sizes == n)])
+                              for n in np.unique(sizes) if n > 0]
+        return self.same_size
 
     def message_tokens(self) -> np.ndarray:
         if self.tokens is None:
@@ -118,7 +128,8 @@ def box_map(memory: "MemoryView", messages: list[Message], vectors: np.ndarray, 
             position[(m.conversation_id, m.message_id)] = len(boxes)
             boxes.append(Box(-1, m.conversation_id, m.session, m.session_date, [m]))
     box_of = np.array([position[(m.conversation_id, m.message_id)] for m in messages], dtype=np.int64)
-    members = [np.flatnonzero(box_of == n) for n in range(len(boxes))]
+    # each box's message indices, in time order (a stable sort by box keeps the messages' order within one)
+    members = np.split(np.argsort(box_of, kind="stable"), np.cumsum(np.bincount(box_of, minlength=len(boxes)))[:-1])
     windows = window_vectors(messages, members) if messages else vectors
     centroids = np.stack([vectors[idx].mean(axis=0) for idx in members]) if members else vectors[:0]
     return BoxMap(messages, vectors, box_of, boxes, members, position, windows=windows,
@@ -194,9 +205,9 @@ class BoxHitsRetriever(Retriever):
         """(relevance, priority) of every message (see the module docstring)."""
         rel = self.relevance(bm, qv, question)
         prio = np.empty_like(rel)
-        for idx in bm.members:
-            pos = np.arange(len(idx))
-            prio[idx] = (rel[idx][None, :] - self.decay * np.abs(pos[:, None] - pos[None, :])).max(axis=1)
+        for idx in bm.by_size():  # every box of one size at once: (boxes, size) -> its best neighbour's, less decay
+            pos = np.arange(idx.shape[1])
+            prio[idx] = (rel[idx][:, None, :] - self.decay * np.abs(pos[:, None] - pos[None, :])[None]).max(axis=2)
         prio += self.box_weight * (bm.centroids @ qv)[bm.box_of]
         rc = self.memory.config.retrieve
         cost = rc.length_cost if self.length_cost is None else self.length_cost

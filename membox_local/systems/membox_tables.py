@@ -10,7 +10,7 @@ import sqlite3
 from typing import Any, Iterable, Mapping
 
 from ..records import Box, Event, Message, Trace
-from ..store import NotFound, store_class
+from ..store import NotFound, counted, store_class
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS boxes (
@@ -57,7 +57,8 @@ class BoxTables:
 
     TABLES = "membox"
     SCHEMA = SCHEMA
-    SCHEMA_VERSION = 3
+    TRIGGERS = counted("boxes")  # a box's membership is the messages' box_id, counted by the core's triggers
+    SCHEMA_VERSION = 4
     # 2: boxes.note, what the record was made from when it is not the whole box (an excerpt of an over-long box)
     # 3: events.sources, the JSON list of the message ids an event was read from (NULL: extracted before schema 3,
     #    "no sources"), and boxes.dropped, the JSON object of what the code dropped or corrected in the record
