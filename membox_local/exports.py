@@ -1,13 +1,15 @@
 """Chat exports from the apps people use, read into messages (issue 67): ChatGPT's and Claude's data exports
-(`conversations.json`), Telegram Desktop's JSON (`result.json`), WhatsApp's "Export chat" text and a plain transcript
-("Name: text" lines, with optional date lines between them).
+(`conversations.json`), Telegram Desktop's JSON (`result.json`), WhatsApp's "Export chat" text, a Slack workspace
+export (its folder or zip: users.json and a folder of per-day JSON files per channel), DiscordChatExporter's JSON
+(one channel) and a plain transcript ("Name: text" lines, with optional date lines between them).
 
 `load_input(path, conversations, fmt)` is what `membox build FILE` reads: the format is told by the file's content
 (`detect`), or forced (`--format NAME`); LoCoMo JSON and messages JSONL go to ingest.load_messages as before. Every
 message is checked as a JSONL record is (ingest.message_from_record) before anything is written.
 
 What each becomes: a conversation per chat (ChatGPT and Claude: the export's conversation id; WhatsApp and a
-transcript: the file's name), speakers by name ("user" / "assistant" where the export names none, or the name given
+transcript: the file's name; Slack: each channel's folder, a thread's replies in it in time order; Discord: the
+channel), speakers by name ("user" / "assistant" where the export names none, or the name given
 for the user), the session a calendar day (its ISO date), a message id that is the export's own where it has one
 and else derived from speaker, text and time (ingest.MessageIds), so that reading the same export again adds
 nothing. Skipped and counted (`Read.skipped`): system and tool messages, attachments and media, empty messages, and
@@ -16,8 +18,11 @@ ChatGPT's regenerated or abandoned branches (the kept branch is the one that end
 """
 from __future__ import annotations
 
+import json
 import re
+import zipfile
 from collections import Counter
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -27,7 +32,7 @@ from .ingest import (InputError, MessageIds, load_messages, message_from_record,
                      select_conversations)
 from .records import Message
 
-FORMATS = ("chatgpt", "claude", "telegram", "whatsapp", "transcript")
+FORMATS = ("chatgpt", "claude", "telegram", "whatsapp", "slack", "discord", "transcript")
 
 
 @dataclass
@@ -67,6 +72,11 @@ def detect(path: Path) -> str | None:
     """The export format a file's content shows, or None (LoCoMo JSON, messages JSONL: ingest's formats)."""
     if path.suffix == ".jsonl":
         return None
+    if path.is_dir() or path.suffix == ".zip":
+        with _archive(path) as files:
+            if _slack_root(files) is not None:
+                return "slack"
+        raise InputError(f"{path}: not a Slack export (a folder or zip holding users.json and a folder per channel)")
     try:
         with path.open("rb") as fh:
             head = fh.read(1 << 16).decode("utf-8", "ignore").lstrip("\ufeff \t\r\n")
@@ -74,7 +84,8 @@ def detect(path: Path) -> str | None:
         raise InputError(f"{path}: cannot read it ({exc.strerror})") from None
     if re.match(r"\{|\[\s*[\[{\"\]]", head):  # JSON (not WhatsApp's "[3/4/24, ..."): its keys near the start tell it
         return ("chatgpt" if '"mapping"' in head else "claude" if '"chat_messages"' in head
-                else "telegram" if '"messages"' in head and '"from_id"' in head else None)
+                else "telegram" if '"messages"' in head and '"from_id"' in head
+                else "discord" if '"guild"' in head and '"channel"' in head else None)
     if path.suffix == ".json":  # not an export's JSON: LoCoMo's reader says what is wrong with it
         return None
     lines = [line for line in _text(path).splitlines()[:50] if line.strip()]
@@ -83,8 +94,8 @@ def detect(path: Path) -> str | None:
     if sum(bool(_NAMED.match(line)) for line in lines) >= max(1, len(lines) // 2):
         return "transcript"
     raise InputError(f"{path}: not a format this reads: LoCoMo .json, messages .jsonl, ChatGPT or Claude "
-                     f"conversations.json, Telegram's result.json, WhatsApp's exported chat, or a transcript of "
-                     f"'Name: text' lines")
+                     f"conversations.json, Telegram's result.json, WhatsApp's exported chat, a Slack export, "
+                     f"DiscordChatExporter's JSON, or a transcript of 'Name: text' lines")
 
 
 def _text(path: Path) -> str:
@@ -325,5 +336,134 @@ def _flush(out: Read, ids: MessageIds, path: Path, pending: list | None) -> None
     return None
 
 
+# ---- Slack's workspace export and DiscordChatExporter's JSON --------------------------------------------------------
+
+_DAY_FILE = re.compile(r"^(?:(.+)/)?([^/]+)/(\d{4}-\d{2}-\d{2})\.json$")  # [root/]channel/YYYY-MM-DD.json
+_SLACK_SYSTEM = {"channel_join", "channel_leave", "channel_topic", "channel_purpose", "channel_name", "channel_archive",
+                 "channel_unarchive", "group_join", "group_leave", "bot_message", "bot_add", "bot_remove",
+                 "pinned_item", "unpinned_item", "reminder_add", "tombstone", "sh_room_created", "huddle_thread"}
+_SLACK_LINK = re.compile(r"<([@#!])?([^>|]*)(?:\|([^>]*))?>")  # <@U123>, <#C1|general>, <https://x|label>, <!here>
+
+
+@contextmanager
+def _archive(path: Path):
+    """A Slack export's JSON files as {name relative to the folder or zip: a function reading its bytes}."""
+    if path.is_dir():
+        yield {p.relative_to(path).as_posix(): p.read_bytes for p in sorted(path.rglob("*.json"))}
+        return
+    try:
+        zf = zipfile.ZipFile(path)
+    except (zipfile.BadZipFile, OSError) as exc:
+        raise InputError(f"{path}: not a zip file a Slack export is ({exc})") from None
+    with zf:
+        yield {n: (lambda n=n: zf.read(n)) for n in zf.namelist() if n.endswith(".json")}
+
+
+def _slack_root(files: dict) -> str | None:
+    """The folder inside the export that holds users.json ("" at the top), or None: not a Slack export."""
+    roots = sorted((n[:-len("users.json")] for n in files if n == "users.json" or n.endswith("/users.json")), key=len)
+    return roots[0] if roots else None
+
+
+def _json_of(files: dict, name: str, where: str):
+    try:
+        return json.loads(files[name]().decode("utf-8-sig"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise InputError(f"{where}: not JSON ({exc})") from None
+
+
+def _slack_text(text: str, names: dict[str, str]) -> str:
+    """Slack's markup as a person reads it: <@U1> -> @Maya, <#C1|general> -> #general, <url|label> -> label."""
+    def link(m: re.Match) -> str:
+        kind, target, label = m.group(1), m.group(2), m.group(3)
+        if kind == "@":
+            return "@" + names.get(target, label or target)
+        if kind == "#":
+            return "#" + (label or target)
+        if kind == "!":
+            return "@" + (label or target)
+        return label or target
+    return _SLACK_LINK.sub(link, text).replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&")
+
+
+def read_slack(path: Path, user: str) -> Read:
+    """A conversation per channel folder (`slack-<folder>`), its days in order and each day's messages by time;
+    replies in a thread stay in their channel, in time order. Senders are named through users.json (display name,
+    else real name, else user name); joins, topics, bots and other system messages are skipped, files counted."""
+    del user  # Slack names every sender
+    out, ids = Read([], "slack"), MessageIds()
+    with _archive(path) as files:
+        root = _slack_root(files)
+        if root is None:
+            raise InputError(f"{path}: a Slack export holds users.json (and a folder per channel)")
+        names = _slack_users(_json_of(files, root + "users.json", f"{path}: {root}users.json"), path)
+        days = sorted((m.group(2), m.group(3), n) for n in files
+                      if (m := _DAY_FILE.match(n)) and (m.group(1) or "") == root.rstrip("/"))
+        for channel, _, name in days:
+            msgs = _json_of(files, name, f"{path}: {name}")
+            if not isinstance(msgs, list):
+                raise InputError(f"{path}: {name}: a Slack day is a list of messages")
+            for k, msg in sorted(enumerate(msgs), key=lambda km: _slack_ts(km[1], f"{path}: {name} message {km[0]}")):
+                _slack_message(out, ids, f"{path}: {name} message {k}", f"slack-{channel}", msg, names)
+    return out
+
+
+def _slack_users(users: object, path: Path) -> dict[str, str]:
+    if not isinstance(users, list):
+        raise InputError(f"{path}: users.json is a list of users")
+    out = {}
+    for u in users:
+        if isinstance(u, dict) and u.get("id"):
+            profile = u.get("profile") if isinstance(u.get("profile"), dict) else {}
+            out[str(u["id"])] = str(profile.get("display_name") or profile.get("real_name") or u.get("real_name")
+                                    or u.get("name") or u["id"])
+    return out
+
+
+def _slack_ts(msg: object, where: str) -> float:
+    try:
+        return float(msg["ts"])  # type: ignore[index]
+    except (TypeError, KeyError, ValueError):
+        raise InputError(f"{where}: no time ('ts', seconds since 1970)") from None
+
+
+def _slack_message(out: Read, ids: MessageIds, where: str, conv: str, msg: dict, names: dict[str, str]) -> None:
+    if msg.get("type") != "message" or msg.get("subtype") in _SLACK_SYSTEM:
+        out.skipped["system message"] += 1
+        return
+    out.skipped["attachment"] += len(msg.get("files") or [])
+    sender = str(msg.get("user") or "")
+    profile = msg.get("user_profile") if isinstance(msg.get("user_profile"), dict) else {}
+    speaker = names.get(sender) or str(profile.get("display_name") or profile.get("real_name") or sender or "unknown")
+    ts = _slack_ts(msg, where)
+    _message(out, ids, where, conv, speaker, _slack_text(str(msg.get("text") or ""), names), _moment(ts, where),
+             f"{conv}-{msg['ts']}")
+
+
+def read_discord(path: Path, user: str) -> Read:
+    """DiscordChatExporter's JSON of one channel ({"guild", "channel", "messages"}): a conversation per channel
+    (`discord-<channel id>`), each sender by nickname else name; joins, pins, calls and other non-chat types skipped,
+    attachments and stickers counted; an edited message is its last text."""
+    del user  # Discord names every sender
+    out, ids, data = Read([], "discord"), MessageIds(), read_json(path)
+    if not isinstance(data, dict) or not isinstance(data.get("channel"), dict) or not isinstance(data.get("messages"),
+                                                                                                 list):
+        raise InputError(f"{path}: a DiscordChatExporter export holds 'channel' and 'messages'")
+    cid = f"discord-{data['channel'].get('id') or path.stem}"
+    for k, msg in enumerate(data["messages"]):
+        here = f"{path} message {k}"
+        if not isinstance(msg, dict):
+            raise InputError(f"{here}: expected an object")
+        if msg.get("type") not in ("Default", "Reply"):
+            out.skipped["system message"] += 1
+            continue
+        out.skipped["attachment"] += len(msg.get("attachments") or []) + len(msg.get("stickers") or [])
+        author = msg.get("author") if isinstance(msg.get("author"), dict) else {}
+        speaker = str(author.get("nickname") or author.get("name") or "unknown")
+        _message(out, ids, here, cid, speaker, str(msg.get("content") or ""), _moment(msg.get("timestamp"), here),
+                 f"{cid}-{msg.get('id', k)}")
+    return out
+
+
 READERS = {"chatgpt": read_chatgpt, "claude": read_claude, "telegram": read_telegram, "whatsapp": read_whatsapp,
-           "transcript": read_transcript}
+           "slack": read_slack, "discord": read_discord, "transcript": read_transcript}

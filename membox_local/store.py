@@ -125,21 +125,6 @@ def utc_now() -> str:
     return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-def merge_rules(cls: type) -> tuple[dict[str, dict[str, str]], dict[str, str], tuple[str, ...]]:
-    """(id columns, own-id column, keyed tables) over a composed store class and its mixins: how the shards of a
-    sharded build are joined (execution/merge.py). id columns: table -> {column: the table whose row ids it holds};
-    a shard's ids are shifted past the rows already merged. Keyed tables: rows keyed by content, first copy wins."""
-    ids: dict[str, dict[str, str]] = {}
-    own: dict[str, str] = {}
-    keyed: list[str] = []
-    for part in reversed(cls.__mro__):
-        for table, cols in part.__dict__.get("ID_COLUMNS", {}).items():
-            ids.setdefault(table, {}).update(cols)
-        own.update(part.__dict__.get("OWN_ID", {}))
-        keyed += part.__dict__.get("KEYED", ())
-    return ids, own, tuple(dict.fromkeys(keyed))
-
-
 def built_systems(db_path: str | Path) -> list[str]:
     """The memory systems built in a store (meta `systems`; a store from before that key holds the box memory
     when it has its tables), read without writing to it; [] when there is no store yet."""

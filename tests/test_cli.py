@@ -351,5 +351,5 @@ def test_build_reads_a_chat_export_says_what_it_read_and_files_it_once(tmp_path,
     assert err.count("read as transcript: 3 messages in 1 conversation(s); skipped nothing") == 2
     assert "3 new messages" in err and "0 new messages (3 already stored)" in err
     with pytest.raises(SystemExit) as exit_:
-        main(["build", str(data), "--store", str(store), "--format", "slack"])
-    assert exit_.value.code == 2 and "invalid choice: 'slack'" in capsys.readouterr().err
+        main(["build", str(data), "--store", str(store), "--format", "teams"])
+    assert exit_.value.code == 2 and "invalid choice: 'teams'" in capsys.readouterr().err

@@ -68,6 +68,30 @@ That's huge.
 Maya: My knee hurts after long runs.
 """
 
+# Slack: users.json and a folder of per-day files per channel; a thread reply, a join, a file, markup
+SLACK_USERS = [{"id": "U1", "name": "maya", "profile": {"display_name": "Maya", "real_name": "Maya Lin"}},
+               {"id": "U2", "name": "tom.k", "real_name": "Tom Kerr", "profile": {"display_name": ""}}]
+SLACK_DAYS = {"general/2024-03-04.json": [
+    {"type": "message", "user": "U2", "text": "Welcome <@U1>! See <https://example.org/run|the route>", "ts": "1709543600.000200"},
+    {"type": "message", "subtype": "channel_join", "user": "U1", "text": "<@U1> has joined the channel",
+     "ts": "1709543500.000100"},
+    {"type": "message", "user": "U1", "text": "I signed up for the Lisbon half &amp; the 10k", "ts": "1709543700.000300",
+     "files": [{"name": "route.png"}], "edited": {"user": "U1", "ts": "1709543800.000000"}}],
+    "general/2024-03-05.json": [
+    {"type": "message", "user": "U2", "text": "How is the knee?", "ts": "1709632800.000100",
+     "thread_ts": "1709543700.000300", "parent_user_id": "U1"}],
+    "random/2024-03-05.json": [{"type": "message", "user": "U1", "text": "", "ts": "1709632900.000100"}]}
+
+DISCORD = {"guild": {"id": "g1", "name": "Runners"}, "channel": {"id": "991", "type": "GuildTextChat", "name": "lisbon"},
+           "messages": [
+    {"id": "1", "type": "GuildMemberJoin", "timestamp": "2024-03-04T09:00:00+00:00", "content": "",
+     "author": {"id": "a1", "name": "maya", "nickname": "Maya"}},
+    {"id": "2", "type": "Default", "timestamp": "2024-03-04T09:12:33.512+01:00", "timestampEdited": None,
+     "content": "I signed up for the Lisbon half 🏃", "author": {"id": "a1", "name": "maya", "nickname": "Maya"},
+     "attachments": [{"id": "f1", "fileName": "bib.jpg"}], "stickers": []},
+    {"id": "3", "type": "Reply", "timestamp": "2024-03-05T10:00:00+00:00", "content": "Nice!",
+     "author": {"id": "a2", "name": "tomk", "nickname": None}, "reference": {"messageId": "2"}}]}
+
 
 def write(tmp_path, name, content):
     path = tmp_path / name
@@ -127,6 +151,45 @@ def test_a_transcript_takes_its_date_lines_as_sessions_and_joins_continued_lines
         ("Maya", "My knee hurts after long runs.", "2024-03-11")]
 
 
+@pytest.mark.parametrize("packed", ["folder", "zip"])
+def test_slack_names_senders_reads_markup_and_keeps_a_thread_in_its_channel(tmp_path, packed):
+    import zipfile
+
+    folder = tmp_path / "export"
+    for name, content in {"users.json": SLACK_USERS, "channels.json": [{"id": "C1", "name": "general"}],
+                          **SLACK_DAYS}.items():
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_text(json.dumps(content), encoding="utf-8")
+    path = folder
+    if packed == "zip":  # as Slack hands it out: the files under a folder of the workspace's name
+        path = tmp_path / "Acme Slack export.zip"
+        with zipfile.ZipFile(path, "w") as zf:
+            for p in folder.rglob("*.json"):
+                zf.write(p, "Acme/" + p.relative_to(folder).as_posix())
+    assert detect(path) == "slack"
+    read = load_input(path)
+    assert [(m.conversation_id, m.speaker, m.text, m.session) for m in read.messages] == [
+        ("slack-general", "Tom Kerr", "Welcome @Maya! See the route", "2024-03-04"),
+        ("slack-general", "Maya", "I signed up for the Lisbon half & the 10k", "2024-03-04"),
+        ("slack-general", "Tom Kerr", "How is the knee?", "2024-03-05")]
+    assert read.messages[0].message_id == "slack-general-1709543600.000200"
+    assert read.skipped == {"system message": 1, "attachment": 1, "empty": 1}
+    with pytest.raises(InputError, match="not a Slack export"):
+        detect(tmp_path / "export" / "general")
+
+
+def test_discord_reads_a_channel_names_by_nickname_and_skips_joins(tmp_path):
+    path = write(tmp_path, "Runners - lisbon [991].json", DISCORD)
+    assert detect(path) == "discord"
+    read = load_input(path)
+    assert [(m.message_id, m.speaker, m.text, m.session) for m in read.messages] == [
+        ("discord-991-2", "Maya", "I signed up for the Lisbon half 🏃", "2024-03-04"),
+        ("discord-991-3", "tomk", "Nice!", "2024-03-05")]
+    assert read.skipped == {"system message": 1, "attachment": 1}
+    with pytest.raises(InputError, match="message 1: no time"):
+        load_input(write(tmp_path, "bad.json", {**DISCORD, "messages": [DISCORD["messages"][0],
+                                                                       {**DISCORD["messages"][1], "timestamp": "soon"}]}))
+
 def test_the_same_export_read_again_has_the_same_ids_and_a_memory_adds_nothing_twice(tmp_path, cfg):
     from membox_local.memory import Memory
     from membox_local.testing import FakeBackend, FakeEmbedder
@@ -150,8 +213,8 @@ def test_what_no_reader_takes_is_refused_in_one_line_naming_the_place(tmp_path):
                                                                        "message": {"author": "assistant"}}}}]
     with pytest.raises(InputError, match="conversation 0 node a2: not a ChatGPT message"):
         load_input(write(tmp_path, "odd.json", odd))
-    with pytest.raises(InputError, match="--format slack: not a format"):
-        load_input(write(tmp_path, "t.txt", TRANSCRIPT), fmt="slack")
+    with pytest.raises(InputError, match="--format teams: not a format"):
+        load_input(write(tmp_path, "t.txt", TRANSCRIPT), fmt="teams")
     with pytest.raises(InputError, match="holds no message to file"):
         load_input(write(tmp_path, "empty.txt", "04/03/2024, 09:12 - Messages are end-to-end encrypted.\n"))
 

@@ -13,10 +13,25 @@ import sqlite3
 from pathlib import Path
 from typing import Sequence
 
-from ..store import StoreError, built_systems, merge_rules, store_class
+from ..store import StoreError, built_systems, store_class
 from ..systems import tables_for
 
 SHARED_META = ("schema_version",)  # and schema_version.<system>: each shard's own, the target has the current
+
+
+def merge_rules(cls: type) -> tuple[dict[str, dict[str, str]], dict[str, str], tuple[str, ...]]:
+    """(id columns, own-id column, keyed tables) over a composed store class and its mixins: how the shards of a
+    sharded build are joined (execution/merge.py). id columns: table -> {column: the table whose row ids it holds};
+    a shard's ids are shifted past the rows already merged. Keyed tables: rows keyed by content, first copy wins."""
+    ids: dict[str, dict[str, str]] = {}
+    own: dict[str, str] = {}
+    keyed: list[str] = []
+    for part in reversed(cls.__mro__):
+        for table, cols in part.__dict__.get("ID_COLUMNS", {}).items():
+            ids.setdefault(table, {}).update(cols)
+        own.update(part.__dict__.get("OWN_ID", {}))
+        keyed += part.__dict__.get("KEYED", ())
+    return ids, own, tuple(dict.fromkeys(keyed))
 
 
 def _tables(db: sqlite3.Connection, schema: str) -> list[str]:
@@ -32,7 +47,7 @@ def merge_stores(target_db: str | Path, shard_dbs: Sequence[str | Path]) -> dict
     """Write the union of `shard_dbs` to `target_db` (replacing it); returns rows copied per table.
 
     The tables are those of the shared store and of every memory system built in the shards; each part's merge
-    rules (store.merge_rules) say which columns hold row ids."""
+    rules (merge_rules) say which columns hold row ids."""
     target_db = Path(target_db)
     tmp = target_db.with_name(target_db.name + ".merging")
     for p in (tmp, Path(f"{tmp}-wal"), Path(f"{tmp}-shm")):

@@ -159,7 +159,7 @@ class EventTables:
     SCHEMA_VERSION = 2
     # version 2: the items a pair's extraction wrote that were not kept, counted by reason (JSON)
     COLUMNS_ADDED = {2: (("ew_pairs", "dropped", "TEXT NOT NULL DEFAULT '{}'"),)}
-    # how sharded builds are merged (store.merge_rules): table -> {column: the table whose ids it holds}
+    # how sharded builds are merged (execution/merge.py merge_rules): table -> {column: the table whose ids it holds}
     ID_COLUMNS = {
         "ew_pairs": {"id": "ew_pairs"},
         "ew_events": {"id": "ew_events", "pair_id": "ew_pairs", "node_id": "ew_nodes"},

@@ -64,7 +64,7 @@ class BoxTables:
     #    "no sources"), and boxes.dropped, the JSON object of what the code dropped or corrected in the record
     COLUMNS_ADDED = {2: (("boxes", "note", "TEXT NOT NULL DEFAULT ''"),),
                      3: (("events", "sources", "TEXT"), ("boxes", "dropped", "TEXT NOT NULL DEFAULT '{}'"))}
-    # how sharded builds are merged (store.merge_rules): table -> {column: the table whose ids it holds}
+    # how sharded builds are merged (execution/merge.py merge_rules): table -> {column: the table whose ids it holds}
     ID_COLUMNS = {
         "messages": {"box_id": "boxes"},
         "llm_usage": {"box_id": "boxes"},
