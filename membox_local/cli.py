@@ -45,7 +45,7 @@ def _say(args, line: str) -> None:
 
 
 def cmd_build(args) -> int:
-    from .memory import memory_config, open_memory
+    from .memory import memory_config, open_memory, preflight_models
 
     read = load_input(args.data, args.conversations, args.format, args.user)  # validated in full before any write
     messages = read.messages
@@ -59,8 +59,9 @@ def cmd_build(args) -> int:
         return _build_ray(args, messages, convs, cfg)
     if (Path(args.store) / "shards.json").exists():
         raise InputError(f"{args.store} is sharded (built with --engine ray); rerun with --engine ray")
-    # a missing or broken model, a server that does not answer, other build settings: one line, nothing written
-    with open_memory(args.store, cfg, writer="membox build", models=True, backend=_local_backend(cfg, args.jobs)) as mem:
+    backend = _local_backend(cfg, args.jobs)
+    preflight_models(cfg)  # a missing or broken model, a server that does not answer: one line, nothing written
+    with open_memory(args.store, cfg, writer="membox build", backend=backend) as mem:  # other build settings: refused
         return _build_local(mem, args, messages, convs)
 
 

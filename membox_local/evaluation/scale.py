@@ -50,7 +50,7 @@ def grow(mem: Memory, pool: list[tuple[str, str]], start: int, stop: int) -> flo
             session = n // PER_SESSION + 1
             batch.append(Message(CONV, f"m{n}", who[:40], f"{text} #{n}", str(session), f"day {session}"))
         store.add_messages(batch)
-        stored = store.messages(CONV)[lo:lo + len(batch)]
+        stored = store.pending_messages(CONV)  # the batch, as the Loom reads what it has yet to file
         mem.embedder.encode([m.text for m in stored])  # cached in the store, as a build leaves them
         for i in range(0, len(stored), PER_BOX):
             box = store.open_box(stored[i])
