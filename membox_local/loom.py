@@ -18,7 +18,8 @@ from .grounding import CHAT_WORDS, STOP_WORDS, content_words, grounding
 from .judges import Decision, Judge, make_judge
 from .prompts import extract_prompt, extract_schema, extract_system
 from .records import Box, Message
-from .requests import Step
+from .requests import EmbedRequest, Step
+from .retrieval.layout import CHUNK_WORDS, chunk_session_messages, chunk_text
 from .store import Store
 
 _TOKEN = re.compile(r"[A-Za-z][A-Za-z0-9'’-]*")
@@ -170,6 +171,7 @@ class Loom:
             self.earlier = (self.earlier + [m])[-self.judge.history:]
         if sealed is not None:
             sealed.status = "sealed"
+            yield from self.windows(sealed)
             yield from self.extract(sealed)
         return decision
 
@@ -192,7 +194,17 @@ class Loom:
         if self.box is not None and self.box.messages:
             box, self.box, self.scores = self.box, None, []
             self.store.set_box_status(box.id, "sealed")
+            yield from self.windows(box)
             yield from self.extract(box)
+
+    @staticmethod
+    def windows(box: Box) -> Step:
+        """Embed a sealed box's windows (its box-bounded chunks of about CHUNK_WORDS words, what box-hits ranks each
+        message's neighbourhood by) now, into the store's vector cache: a question then reads them, and the first
+        question on a large memory does not embed every window of it."""
+        texts = tuple(chunk_text(c) for c in chunk_session_messages(box.messages, CHUNK_WORDS))
+        if texts:
+            yield EmbedRequest(texts)
 
     def finish_pending(self) -> Step:
         """Extract boxes sealed earlier whose extraction never finished or failed (resume)."""

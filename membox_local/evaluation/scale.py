@@ -4,7 +4,7 @@ benchmarks/scale.py composes it. One conversation scope is grown through the siz
 Messages: LoCoMo dev's turns, then the LongMemEval dev slice's, in order and again, each made distinct by its place
 (" #n" after the text), in sessions of 20 lines a day apart. They are filed as the store files them, in synthetic
 boxes of 8 messages with a one-line record (the judge and the extraction are not what is measured: BENCHMARKS.md's
-build speed times them), indexed, and embedded by the tests' bag-of-words double (testing.FakeEmbedder: the vectors
+build speed times them), their windows embedded as the Loom embeds them on sealing, indexed, and embedded by the tests' bag-of-words double (testing.FakeEmbedder: the vectors
 are read from the store's cache as a real build's are; what MiniLM would spend embedding them is not counted). Per
 size: seconds per message of those writes (messages, box membership, records, vectors, the box index), the folder's
 bytes, the open time (a new Memory and its first `search`), then LoCoMo dev questions: `Memory.search` (the boxes'
@@ -24,6 +24,7 @@ import numpy as np
 from ..config import load_config
 from ..memory import Memory
 from ..records import Message
+from ..retrieval.layout import CHUNK_WORDS, chunk_session_messages, chunk_text
 from ..testing import FakeEmbedder
 
 CONV, PER_SESSION, PER_BOX = "year", 20, 8
@@ -52,12 +53,15 @@ def grow(mem: Memory, pool: list[tuple[str, str]], start: int, stop: int) -> flo
         store.add_messages(batch)
         stored = store.pending_messages(CONV)  # the batch, as the Loom reads what it has yet to file
         mem.embedder.encode([m.text for m in stored])  # cached in the store, as a build leaves them
+        windows = []
         for i in range(0, len(stored), PER_BOX):
             box = store.open_box(stored[i])
             for m in stored[i:i + PER_BOX]:
                 store.file_message(m, box, "continue", None)
             store.set_box_status(box, "sealed")
             store.save_extraction(box, " ".join(stored[i].text.split()[:6]), [], [])  # a record: the box is indexed
+            windows += [chunk_text(c) for c in chunk_session_messages(stored[i:i + PER_BOX], CHUNK_WORDS)]
+        mem.embedder.encode(windows)  # the boxes' windows, embedded as the Loom embeds them when it seals a box
         mem.system("membox").sync()  # the boxes' HNSW index, as a build leaves it
     return time.perf_counter() - t0
 

@@ -27,6 +27,7 @@ CREATE TABLE IF NOT EXISTS boxes (
     dropped TEXT NOT NULL DEFAULT '{}'
 );
 CREATE INDEX IF NOT EXISTS boxes_conv ON boxes (conversation_id, status);
+CREATE INDEX IF NOT EXISTS messages_box ON messages (box_id, seq);
 CREATE TABLE IF NOT EXISTS events (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
     box_id INTEGER NOT NULL REFERENCES boxes(id),
