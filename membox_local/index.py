@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import threading
+from collections import Counter
 from pathlib import Path
 from typing import Collection
 
@@ -23,6 +24,7 @@ class VectorIndex:
         self.ids: list[int] = []  # label -> our id
         self.conv: list[str] = []  # label -> conversation id
         self._label_of: dict[int, int] = {}
+        self._count: Counter = Counter()  # conversation -> its items, so that a search of one needs no count
         self._index = None
         self._load()
 
@@ -56,6 +58,7 @@ class VectorIndex:
         index.set_ef(self.ef)
         self._index, self.ids, self.conv = index, ids, conv
         self._label_of = {i: n for n, i in enumerate(self.ids)}
+        self._count = Counter(conv)
 
     def __contains__(self, item_id: int) -> bool:
         return item_id in self._label_of
@@ -89,6 +92,7 @@ class VectorIndex:
                 self._label_of[ids[n]] = len(self.ids)
                 self.ids.append(ids[n])
                 self.conv.append(conversations[n])
+                self._count[conversations[n]] += 1
 
     def search(self, vector: np.ndarray, k: int, conversation_id: str | None = None,
                only: Collection[int] | None = None) -> list[tuple[int, float]]:
@@ -97,9 +101,13 @@ class VectorIndex:
         with self._lock:
             if self._index is None or not self.ids:
                 return []
-            if conversation_id is None and only is None:
-                allowed = len(self.ids)
+            if only is None and (conversation_id is None or self._count[conversation_id] == len(self.ids)):
+                allowed = len(self.ids)  # every item may be found: no filter (a Python call per node visited)
                 filt = None
+            elif only is None:
+                conv = self.conv
+                filt = lambda label: conv[label] == conversation_id  # noqa: E731
+                allowed = self._count[conversation_id]
             else:
                 ids, conv, only = self.ids, self.conv, None if only is None else set(only)
                 filt = lambda label: ((conversation_id is None or conv[label] == conversation_id)  # noqa: E731
