@@ -400,8 +400,7 @@ def eventweave_qa() -> list[str]:
 PEERS = (("membox", "membox_local (the default)"), ("mem0", "mem0ai 2.2.1"), ("amem", "A-Mem (a-mem 0.2.6)"))
 
 
-def peers_rows() -> dict:
-    """The saved peers runs pooled as `python -m benchmarks.peers report` pools them."""
+def peers_rows() -> dict:  # the saved peers runs pooled as `python -m benchmarks.peers report` pools them
     from membox_local.evaluation.peers import merge, summarise
 
     return summarise(merge([load(n) for n in ("peers-conv26-s2.json", "peers-conv30-s2.json")]))
@@ -465,6 +464,19 @@ def reliability() -> list[str]:
     out.append(row("model failures (raises, unparsable, timeout, missing or broken model)",
                    "`pytest tests/test_model_checks.py`", "**0 silent**: each box failed with its reason, or one line "
                    "before filing"))
+    return out
+
+
+@table
+def scale() -> list[str]:
+    got = load("scale.json")
+    out = head("messages in one conversation", "write ms per message", "folder MB", "open s", "search ms p50 / p95 "
+               "(cold)", "first-stage context ms p50 / p95 (cold)", "resident MB")
+    for r in got["rows"]:
+        out.append(row(f"{r['messages']:,}", f"{1000 * r['write_s_per_message']:.2f}", f"{r['folder_mb']:,.0f}",
+                       f"{r['open_s']:.2f}", f"{r['search_warm_p50_ms']:.1f} / {r['search_warm_p95_ms']:.1f} "
+                       f"({r['search_cold_ms']:,.0f})", f"{r['context_warm_p50_ms']:.1f} / {r['context_warm_p95_ms']:.1f} "
+                       f"({r['context_cold_ms']:,.0f})", f"{r['resident_mb']:,}"))
     return out
 
 
@@ -562,17 +574,10 @@ def render(text: str) -> str:
     return MARK.sub(block, text)
 
 
-def blocks(text: str) -> list[str]:
-    return [m.group(1) for m in MARK.finditer(text)]
-
-
-def block_text(text: str, name: str) -> str:
-    return next(m.group(2) for m in MARK.finditer(text) if m.group(1) == name)
-
-
 def stale(text: str) -> list[str]:
     """The blocks of `text` that are not what their function writes now."""
-    return [n for n in blocks(text) if n not in TABLES or "\n".join(TABLES[n]()) + "\n" != block_text(text, n)]
+    return [m.group(1) for m in MARK.finditer(text)
+            if m.group(1) not in TABLES or "\n".join(TABLES[m.group(1)]()) + "\n" != m.group(2)]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -584,10 +589,8 @@ def main(argv: list[str] | None = None) -> int:
         if found:
             print("stale (run python benchmarks/tables.py): " + ", ".join(found), file=sys.stderr)
         return 1 if found else 0
-    for path in FILES:
-        text = path.read_text()
-        if stale(text):
-            path.write_text(render(text))
+    for path in (p for p in FILES if stale(p.read_text())):
+        path.write_text(render(path.read_text()))
     print("rewritten: " + ", ".join(found) if found else "every block is current")
     return 0
 
