@@ -14,13 +14,14 @@ import argparse
 import gzip
 import json
 import re
+import statistics
 import sys
 from functools import lru_cache
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "benchmarks" / "results"
-FILES = (REPO / "BENCHMARKS.md", REPO / "README.md")
+FILES = (REPO / "BENCHMARKS.md", REPO / "README.md", REPO / "docs" / "continuity-judge.md")
 BUDGETS = (250, 500, 1000, 2000)
 TABLES: dict = {}
 MARK = re.compile(r"^<!-- table:([a-z0-9-]+) -->\n(.*?)^<!-- /table:\1 -->\n", re.M | re.S)
@@ -33,9 +34,7 @@ def table(fn):
 
 # ---- readers ----------------------------------------------------------------------------------------------------
 
-@lru_cache(maxsize=None)
-def load(name: str) -> dict:
-    return json.loads((RESULTS / name).read_text())
+load = lru_cache(maxsize=None)(lambda name: json.loads((RESULTS / name).read_text()))  # a saved result, read once
 
 
 @lru_cache(maxsize=None)
@@ -50,8 +49,7 @@ def pct(mean: float) -> str:
 
 
 def mean_pct(xs) -> str:
-    xs = list(xs)
-    return pct(sum(xs) / len(xs))
+    return pct(statistics.fmean(xs))
 
 
 def recall(name: str, mode: str, budget: int, conversations: tuple = ()) -> str:
@@ -327,6 +325,8 @@ def build_speed() -> list[str]:
 
 LME_RECALL, LME_QA98 = "longmemeval-retrieval-dev.json", "longmemeval-qa-dev98.json"
 LME_GUARD, LME_ORACLE = "longmemeval-qa-dev98-guard.json", "longmemeval-qa-oracle-dev98.json"
+LME_S4 = (("longmemeval-evidence-dev-s4.json", "box-hits + second stage (the default since 2026-12-07), every 4th question"),
+          ("longmemeval-first-dev-s4.json", "box-hits, first stage alone, the same questions (2026-12-07)"))
 
 
 @table
@@ -340,6 +340,7 @@ def longmemeval_retrieval() -> list[str]:
                         ("turn-rag", "turn-rag"), ("chunk-rag", "chunk-rag"),
                         ("session-rag", "session-rag (whole sessions)"), ("full-context", "full-context (the newest turns)")):
         out.append(row(label, *(lme(LME_RECALL, mode, "retrieval", k) for k in keys)))
+    out += [row(label, *(lme(name, "box-hits", "retrieval", k) for k in keys)) for name, label in LME_S4]
     out.append(row("*published, all-MiniLM-L6-v2: agentmemory BM25 + vector / MemPalace raw vectors (session any@5)*",
                    "*95.2 / 96.6*", "", "", "", "", "", ""))
     return out

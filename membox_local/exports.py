@@ -26,6 +26,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Iterator
 
 from .dates import absolute_day
 from .ingest import (InputError, MessageIds, load_messages, message_from_record, read_json, read_text, require_file,
@@ -131,12 +132,70 @@ def _moment(value: object, where: str) -> datetime:
 
 # ---- ChatGPT and Claude: conversations.json ---------------------------------------------------------------------
 
-def _conversations(path: Path, app: str) -> list:
-    """The conversations of a `conversations.json` export: a JSON list, else refused naming the app."""
-    data = read_json(path)
-    if not isinstance(data, list):
-        raise InputError(f"{path}: a {app} export is a list of conversations")
-    return data
+def _conversations(path: Path, app: str, chunk: int = 1 << 20) -> Iterator:
+    """The conversations of a `conversations.json` export (a JSON list, else refused naming the app), one at a time:
+    the file is read a chunk at a time and each conversation parsed alone, so an export of years (hundreds of MB)
+    is never held whole as JSON, only the messages read from it. A malformed one is refused with its number and
+    line."""
+    try:
+        with path.open(encoding="utf-8-sig") as fh:
+            r, n = _JsonList(fh, chunk), 0
+            if r.peek() != "[":
+                raise InputError(f"{path}: a {app} export is a list of conversations")
+            r.pos += 1
+            while (c := r.peek()) != "]":
+                if n:
+                    if c != ",":
+                        raise InputError(f"{path} line {r.line_at()}: expected ',' or ']' after conversation {n - 1}")
+                    r.pos += 1
+                    r.peek()
+                try:
+                    conv = r.value()
+                except json.JSONDecodeError as exc:
+                    raise InputError(f"{path} line {r.line_at(exc.pos)} (conversation {n}): not JSON ({exc.msg})") from None
+                yield conv
+                n += 1
+    except UnicodeDecodeError:
+        raise InputError(f"{path}: not valid UTF-8") from None
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read it ({exc.strerror})") from None
+
+
+class _JsonList:
+    """A JSON text read a chunk at a time: the next character past white space, and the next value, parsed from a
+    buffer that holds what is not yet consumed (about a chunk, or one value longer than that)."""
+
+    def __init__(self, fh, chunk: int):
+        self.fh, self.chunk, self.buf, self.pos, self.line = fh, chunk, "", 0, 1
+        self.decoder = json.JSONDecoder()
+
+    def more(self) -> bool:
+        data = self.fh.read(max(self.chunk, len(self.buf) - self.pos))  # a long value: twice the buffer each time
+        if not data:
+            return False
+        self.line += self.buf.count("\n", 0, self.pos)
+        self.buf, self.pos = self.buf[self.pos:] + data, 0
+        return True
+
+    def peek(self) -> str:
+        """The next character that is not white space ("" at the end of the file)."""
+        while True:
+            while self.pos < len(self.buf) and self.buf[self.pos] in " \t\r\n":
+                self.pos += 1
+            if self.pos < len(self.buf) or not self.more():
+                return self.buf[self.pos:self.pos + 1]
+
+    def value(self):
+        while True:
+            try:
+                value, self.pos = self.decoder.raw_decode(self.buf, self.pos)
+                return value
+            except json.JSONDecodeError:
+                if not self.more():  # the value may only be cut by the buffer's end: read on, else it is malformed
+                    raise
+
+    def line_at(self, pos: int | None = None) -> int:
+        return self.line + self.buf.count("\n", 0, self.pos if pos is None else pos)
 
 
 def read_chatgpt(path: Path, user: str) -> Read:

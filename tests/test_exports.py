@@ -219,6 +219,21 @@ def test_what_no_reader_takes_is_refused_in_one_line_naming_the_place(tmp_path):
         load_input(write(tmp_path, "empty.txt", "04/03/2024, 09:12 - Messages are end-to-end encrypted.\n"))
 
 
+def test_a_conversations_json_is_read_one_conversation_at_a_time_and_a_bad_one_named(tmp_path):
+    """exports._conversations: the file read a few bytes at a time gives what json.load gives, conversation by
+    conversation (an element longer than the buffer too); a malformed one is refused with its number and line."""
+    from membox_local.exports import _conversations
+
+    many = CHATGPT * 3 + [{"title": "x" * 300, "mapping": {}}] + CLAUDE
+    path = write(tmp_path, "conversations.json", json.dumps(many, indent=1, ensure_ascii=False))
+    for chunk in (5, 64, 1 << 20):
+        assert list(_conversations(path, "ChatGPT", chunk)) == many
+    bad = json.dumps(CHATGPT, indent=1)[:-2] + ",\n {\"title\": oops}\n]"
+    with pytest.raises(InputError, match=r"line \d+ \(conversation 1\): not JSON"):
+        list(_conversations(write(tmp_path, "bad.json", bad), "ChatGPT", 16))
+    with pytest.raises(InputError, match="a ChatGPT export is a list of conversations"):
+        list(_conversations(write(tmp_path, "obj.json", {"mapping": {}}), "ChatGPT"))
+
 @pytest.mark.long
 def test_an_export_of_100000_messages_is_read_whole_with_an_id_each(tmp_path):
     """A generated ChatGPT export of 100 conversations of 1,000 messages (24 MB): every message read once, on the

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import resource
 import time
 from pathlib import Path
@@ -26,6 +27,7 @@ from ..memory import Memory
 from ..records import Message
 from ..retrieval.layout import CHUNK_WORDS, chunk_session_messages, chunk_text
 from ..testing import FakeEmbedder
+from .latency import machine
 
 CONV, PER_SESSION, PER_BOX = "year", 20, 8
 
@@ -90,6 +92,7 @@ def measure(path: Path, cfg, questions: list[str]) -> dict:
 
 def run(data: Path, folder: Path, sizes: list[int], n_questions: int, log=print) -> dict:
     """The curve: one row per size (see the module docstring)."""
+    load = round(os.getloadavg()[0], 2)  # the 1-minute load before: the figures mean something only alone
     pool = texts(data)
     qs = [q["question"] for c in json.loads((data / "locomo-dev.json").read_text()) for q in c["qa"]
           if q.get("category") in (1, 2, 3, 4)]
@@ -111,4 +114,5 @@ def run(data: Path, folder: Path, sizes: list[int], n_questions: int, log=print)
             log(json.dumps(rows[-1]))
     finally:
         mem.close()
-    return {"date": time.strftime("%Y-%m-%d"), "pool": len(pool), "questions": len(questions), "rows": rows}
+    return {"date": time.strftime("%Y-%m-%d"), "machine": machine(), "load_before": load,
+            "pool": len(pool), "questions": len(questions), "rows": rows}
