@@ -98,11 +98,32 @@ def _subject_verb(text: str, pronoun: str, name: str) -> str:
     return re.sub(rf"\b{pronoun}\b(\s+)?((?:{word})(?:\s+{word}){{0,2}})?", sub, text, flags=flags)
 
 
+# what follows "'d" when it means "had": a past participle (or "better", "rather": "I'd better go", "I'd rather")
+_PARTICIPLES = frozenset("been gone done seen had known given taken forgotten written eaten driven flown grown thrown "
+                         "worn chosen spoken broken begun become got gotten made found told left bought brought thought "
+                         "met kept won spent sent built lost paid heard held understood taught caught sold felt run "
+                         "come better".split())
+_CONTRACTED = re.compile(r"\b(I|you|we|You|We)'(d|ll|re|ve|m)\b((?:\s+(?:%s))*)(\s+[A-Za-z'-]+)?" % "|".join(_ADVERBS))
+
+
+def expand_contractions(text: str) -> str:
+    """"I'd", "we're", "you've"... written out before the person is put in, "'d" as "had" before a past participle
+    ("I'd never been") and as "would" otherwise ("I'd love to"), so that "Tom'd" and "Tom and others're" are never
+    written."""
+    def sub(m: re.Match) -> str:
+        after = (m.group(4) or "").strip().lower()
+        long = {"ll": "will", "re": "are", "ve": "have", "m": "am"}.get(m.group(2))
+        if long is None:
+            long = "had" if after in _PARTICIPLES or (after.endswith("ed") and not after.endswith("eed")) else "would"
+        return f"{m.group(1)} {long}{m.group(3)}{m.group(4) or ''}"
+    return _CONTRACTED.sub(sub, text)
+
+
 def resolve_person(text: str, speaker: str, other: str | None) -> str:
     """`text` (the event as the cited line's speaker said it) with first person made the speaker's name and second
     person the other participant's (left as it is where there is no single other participant)."""
     s = display_name(speaker)
-    text = text.replace("\u2019", "'")
+    text = expand_contractions(text.replace("\u2019", "'"))
     text = re.sub(r"\bI'(ll|d)\b", lambda m: f"{s} {'will' if m.group(1) == 'll' else 'would'}", text)
     text = _subject_verb(text, "I", s)
     text = re.sub(r"\b(my|mine)\b", f"{s}'s", text, flags=re.IGNORECASE)
@@ -453,16 +474,17 @@ def attribute(items: Sequence[Mapping[str, Any]], box: Box, shown: Sequence[Mess
               instructions: str, min_grounding: float, max_chars: int = 0) -> tuple[list[Event], dict[str, int]]:
     """The events kept from the model's `items`, and what was dropped or corrected (reason -> count)."""
     kept: list[Event] = []
-    seen: set[str] = set()
+    seen: list[set[str]] = []  # each kept event's content words, its participants' names left out
     counts: Counter = Counter()
     for item in items:
         event, why = cited_event(item, box, shown, participants, instructions, min_grounding, max_chars)
-        if event is not None and event.text.lower() in seen:
-            event, why = None, "repeated"
+        words = set(content_words(without_names(event.text, participants))) if event is not None else set()
+        if event is not None and any(words <= earlier for earlier in seen):
+            event, why = None, "repeated"  # says nothing an earlier event of the box did not ("Agreed!" twice)
         if why:
             counts[why] += 1
         if event is not None:
-            seen.add(event.text.lower())
+            seen.append(words)
             kept.append(event)
     return kept, dict(counts)
 

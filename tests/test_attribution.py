@@ -39,6 +39,12 @@ def run(items, b=None):
     ("We went camping with our kids", "Tom", "Maya", "Tom and others went camping with Tom's kids"),
     ("I asked you for a recipe", "user", "assistant", "The user asked the assistant for a recipe"),
     ("You should try it", "Tom", None, "You should try it"),  # no single other participant: left as said
+    # contractions written out first: "'d" as "had" before a past participle, "would" otherwise
+    ("I'd never been to Lisbon", "Tom", "Maya", "Tom had never been to Lisbon"),
+    ("I'd love to join you", "Tom", "Maya", "Tom would love to join Maya"),
+    ("I’d planned it for weeks", "Tom", "Maya", "Tom had planned it for weeks"),
+    ("we're moving in June", "Tom", "Maya", "Tom and others are moving in June"),
+    ("I think you'd need new shoes", "Tom", "Maya", "Tom thinks Maya would need new shoes"),
 ])
 def test_first_and_second_person_are_the_cited_speaker_and_the_other(said, speaker, other, expected):
     assert resolve_person(said, speaker, other) == expected
@@ -106,6 +112,14 @@ def test_what_is_empty_asked_echoed_unsupported_or_repeated_is_dropped_and_count
         "Tom's new job at the bakery is going great"]
     assert dropped == {"empty": 1, "question": 1, "prompt text": 1, "unsupported": 1, "repeated": 1, "no line": 1,
                        "subject corrected": 1}
+
+
+def test_an_event_saying_nothing_an_earlier_one_did_not_is_a_repeat():
+    """Said once: an event whose words (names aside) an earlier event of the box holds is dropped as repeated."""
+    events, dropped = run([{"line": 3, "event": "I ran 10 km yesterday, my longest run this year"},
+                           {"line": 3, "event": "Maya ran 10 km"},
+                           {"line": 4, "event": "Rosa is teaching me how to shape baguettes"}])
+    assert len(events) == 2 and dropped == {"repeated": 1}
 
 
 def test_a_narrated_or_copied_line_keeps_the_speaker_from_the_data():
