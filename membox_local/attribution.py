@@ -507,27 +507,48 @@ def checked_topic(topic: str, box: Box, keywords: Sequence[str], instructions: s
     topic = " ".join(topic.split()).strip(" ,&-")
     topic = re.sub(r"^(?:and|&)\s+|\s+(?:and|&)$", "", topic).strip()
     topic = ", ".join(dict.fromkeys(part.strip() for part in topic.split(",") if part.strip()))  # a looping model
-    words = {_bare(w)[:4] for w in _WORD.findall(box.text())}
+    words = box_words(box)
     fallback = ""
     for k in keywords[:3]:  # as many of the first three keywords as fit the topic's bound
         if len(fallback) + len(k) + 2 * bool(fallback) <= max_chars:
             fallback = f"{fallback}, {k}" if fallback else k
     if echoes_prompt(topic, instructions, box.text()) or (topic and not content_words(topic)):
         return fallback, "topic prompt text"
-    named = [w for w in _WORD.findall(topic) if w[:1].isupper() and stem(_bare(w))[:4] not in words]
-    if named or (topic and not in_box(topic, words)):
+    if _not_the_box(topic, words):
         return fallback, "topic not in box"
     return topic, ""
 
 
+def _not_the_box(topic: str, words: set[str]) -> bool:
+    """A topic naming something the box never writes (a capitalised word past the first: "Paris" in a box about a
+    trip to Rome), or none of whose words the box holds. A topic in title case ("Hiking And Outdoor Adventure") is
+    read as words, not names: at least half of its content words must be the box's."""
+    tokens = _WORD.findall(topic)
+    long = [w for w in tokens if len(w) > 3]
+    if long and all(w[:1].isupper() for w in long):  # title case
+        found = [_in(w, words) for w in content_words(topic)]
+        return not found or sum(found) < len(found) / 2
+    named = [w for w in tokens[1:] if w[:1].isupper() and not _in(w, words)]
+    return bool(named) or bool(topic and not in_box(topic, words))
+
+
+def box_words(box: Box) -> set[str]:
+    """The box's words as a topic or keyword is matched against them: each as written and stemmed, to four letters
+    ("running" is "runn" and "run", so "Running", "runs" and "ran"... match as their own forms do)."""
+    return {x for w in _WORD.findall(box.text()) for x in (_bare(w)[:4], stem(_bare(w))[:4])}
+
+
+def _in(word: str, words: set[str]) -> bool:
+    return stem(_bare(word))[:4] in words or _bare(word)[:4] in words
+
+
 def in_box(text: str, words: set[str]) -> bool:
-    """Some content word of `text` is a word of the box (`words`: the box's words, as `_bare` and stemmed to four
-    letters)."""
-    return any(stem(_bare(w))[:4] in words or _bare(w)[:4] in words for w in content_words(text))
+    """Some content word of `text` is a word of the box (`words`: box_words)."""
+    return any(_in(w, words) for w in content_words(text))
 
 
 def checked_keywords(keywords: Sequence[str], box: Box) -> list[str]:
     """The model's keywords that the box holds (a keyword of none of its words is the prompt's or invented), none a
     copied line ("2. Maya: ...")."""
-    words = {_bare(w)[:4] for w in _WORD.findall(box.text())}
+    words = box_words(box)
     return [k for k in keywords if in_box(k, words) and not re.match(r"\d+\.\s|[^:]*:\s", k)]

@@ -145,6 +145,16 @@ def test_a_topic_of_the_instructions_or_of_things_the_box_never_says_gives_way_t
                                                                        "topic not in box")
 
 
+def test_a_topic_in_title_case_or_in_another_form_of_the_boxs_words_is_kept():
+    """Topics fell back to keywords for their form, not their content: "Shaping Baguettes" (title case, "shaping"
+    where the box says "shape"), "Making sourdough" (the stem of "making" is not its first four letters)."""
+    b, kws = box(), ["bakery", "sourdough", "baguettes"]
+    for topic in ("Shaping Baguettes", "Making sourdough", "Early Shift At The Bakery", "Running"):
+        assert checked_topic(topic, b, kws, EXTRACT_SYSTEM) == (topic, "")
+    for topic in ("Trip To Paris", "Bakery trip to Paris"):  # what the box never says, in either case
+        assert checked_topic(topic, b, kws, EXTRACT_SYSTEM)[1] == "topic not in box"
+
+
 def test_a_clause_without_its_subject_gets_the_speaker():
     from membox_local.attribution import with_subject
     assert with_subject("Lost my job as a banker", "Jon") == "Jon lost my job as a banker"
