@@ -291,13 +291,7 @@ def read_telegram(path: Path, user: str) -> Read:
         if not isinstance(chat, dict) or not isinstance(chat.get("messages"), list):
             raise InputError(f"{where}: no 'messages'")
         cid = f"telegram-{chat.get('id', n)}"
-        for k, msg in enumerate(chat["messages"]):
-            here = f"{where} message {k}"
-            if not isinstance(msg, dict):
-                raise InputError(f"{here}: expected an object")
-            if msg.get("type") != "message":
-                out.skipped["service message"] += 1
-                continue
+        for k, here, msg in _chat_messages(out, where, chat["messages"], ("message",), "service message"):
             if any(key in msg for key in ("photo", "file", "media_type", "sticker_emoji")):
                 out.skipped["attachment"] += 1
             text = msg.get("text", "")
@@ -509,19 +503,26 @@ def read_discord(path: Path, user: str) -> Read:
                                                                                                  list):
         raise InputError(f"{path}: a DiscordChatExporter export holds 'channel' and 'messages'")
     cid = f"discord-{data['channel'].get('id') or path.stem}"
-    for k, msg in enumerate(data["messages"]):
-        here = f"{path} message {k}"
-        if not isinstance(msg, dict):
-            raise InputError(f"{here}: expected an object")
-        if msg.get("type") not in ("Default", "Reply"):
-            out.skipped["system message"] += 1
-            continue
+    for k, here, msg in _chat_messages(out, str(path), data["messages"], ("Default", "Reply"), "system message"):
         out.skipped["attachment"] += len(msg.get("attachments") or []) + len(msg.get("stickers") or [])
         author = msg.get("author") if isinstance(msg.get("author"), dict) else {}
         speaker = str(author.get("nickname") or author.get("name") or "unknown")
         _message(out, ids, here, cid, speaker, str(msg.get("content") or ""), _moment(msg.get("timestamp"), here),
                  f"{cid}-{msg.get('id', k)}")
     return out
+
+
+def _chat_messages(out: Read, where: str, messages: list, kinds: tuple[str, ...], other: str) -> Iterator:
+    """(number, place, message) of each message of an export's list whose "type" is one of `kinds`; the others are
+    skipped and counted as `other`; an entry that is not an object is refused, naming its place."""
+    for k, msg in enumerate(messages):
+        here = f"{where} message {k}"
+        if not isinstance(msg, dict):
+            raise InputError(f"{here}: expected an object")
+        if msg.get("type") not in kinds:
+            out.skipped[other] += 1
+            continue
+        yield k, here, msg
 
 
 READERS = {"chatgpt": read_chatgpt, "claude": read_claude, "telegram": read_telegram, "whatsapp": read_whatsapp,
