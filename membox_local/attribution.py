@@ -103,7 +103,8 @@ _PARTICIPLES = frozenset("been gone done seen had known given taken forgotten wr
                          "worn chosen spoken broken begun become got gotten made found told left bought brought thought "
                          "met kept won spent sent built lost paid heard held understood taught caught sold felt run "
                          "come better".split())
-_CONTRACTED = re.compile(r"\b(I|you|we|You|We)'(d|ll|re|ve|m)\b((?:\s+(?:%s))*)(\s+[A-Za-z'-]+)?" % "|".join(_ADVERBS))
+_CONTRACTED = re.compile(r"\b(I|you|we|You|We)'(d|ll|re|ve|m)\b((?:\s+(?:%s))*)(\s+[A-Za-z'-]+)?"
+                         % "|".join(_ADVERBS))
 
 
 def expand_contractions(text: str) -> str:

@@ -31,6 +31,7 @@ from typing import Iterator
 from .dates import absolute_day
 from .ingest import (InputError, MessageIds, load_messages, message_from_record, read_json, read_text, require_file,
                      select_conversations)
+from .jsonstream import CHUNK, reading
 from .records import Message
 
 FORMATS = ("chatgpt", "claude", "telegram", "whatsapp", "slack", "discord", "transcript")
@@ -79,8 +80,7 @@ def detect(path: Path) -> str | None:
                 return "slack"
         raise InputError(f"{path}: not a Slack export (a folder or zip holding users.json and a folder per channel)")
     try:
-        with path.open("rb") as fh:
-            head = fh.read(1 << 16).decode("utf-8", "ignore").lstrip("\ufeff \t\r\n")
+        head = _text_head(path).lstrip("\ufeff \t\r\n")
     except OSError as exc:
         raise InputError(f"{path}: cannot read it ({exc.strerror})") from None
     if re.match(r"\{|\[\s*[\[{\"\]]", head):  # JSON (not WhatsApp's "[3/4/24, ..."): its keys near the start tell it
@@ -132,70 +132,40 @@ def _moment(value: object, where: str) -> datetime:
 
 # ---- ChatGPT and Claude: conversations.json ---------------------------------------------------------------------
 
-def _conversations(path: Path, app: str, chunk: int = 1 << 20) -> Iterator:
-    """The conversations of a `conversations.json` export (a JSON list, else refused naming the app), one at a time:
-    the file is read a chunk at a time and each conversation parsed alone, so an export of years (hundreds of MB)
-    is never held whole as JSON, only the messages read from it. A malformed one is refused with its number and
-    line."""
-    try:
-        with path.open(encoding="utf-8-sig") as fh:
-            r, n = _JsonList(fh, chunk), 0
-            if r.peek() != "[":
-                raise InputError(f"{path}: a {app} export is a list of conversations")
-            r.pos += 1
-            while (c := r.peek()) != "]":
-                if n:
-                    if c != ",":
-                        raise InputError(f"{path} line {r.line_at()}: expected ',' or ']' after conversation {n - 1}")
-                    r.pos += 1
-                    r.peek()
-                try:
-                    conv = r.value()
-                except json.JSONDecodeError as exc:
-                    raise InputError(f"{path} line {r.line_at(exc.pos)} (conversation {n}): not JSON ({exc.msg})") from None
-                yield conv
-                n += 1
-    except UnicodeDecodeError:
-        raise InputError(f"{path}: not valid UTF-8") from None
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read it ({exc.strerror})") from None
+def _conversations(path: Path, app: str, chunk: int = CHUNK) -> Iterator:
+    """The conversations of a `conversations.json` export (a JSON list, else refused naming the app), one at a time
+    (jsonstream.py: an export of years is never held whole as JSON, only the messages read from it); a malformed
+    one is refused with its number and line."""
+    with reading(path, chunk) as r:
+        if r.peek() != "[":
+            raise InputError(f"{path}: a {app} export is a list of conversations")
+        yield from r.elements("conversation")
 
 
-class _JsonList:
-    """A JSON text read a chunk at a time: the next character past white space, and the next value, parsed from a
-    buffer that holds what is not yet consumed (about a chunk, or one value longer than that)."""
+def _telegram_chats(path: Path, chunk: int = CHUNK) -> Iterator:
+    """The chats of Telegram's export of all chats (`chats.list`), one at a time as conversations.json's are; of
+    one chat's export (an object with its "messages"), that chat, read whole."""
+    with reading(path, chunk) as r:
+        if r.peek() != "{":
+            raise InputError(f"{path}: a Telegram export holds 'chats' with a 'list', or one chat's 'messages'")
+        head = _text_head(path)
+        if '"messages"' in head and ('"chats"' not in head or head.index('"messages"') < head.index('"chats"')):
+            yield r.value("the chat")
+            return
+        for key in r.members():
+            if key != "chats":
+                r.value(key)
+                continue
+            for inner in r.members():
+                if inner == "list":
+                    yield from r.elements("chat")
+                else:
+                    r.value(inner)
 
-    def __init__(self, fh, chunk: int):
-        self.fh, self.chunk, self.buf, self.pos, self.line = fh, chunk, "", 0, 1
-        self.decoder = json.JSONDecoder()
 
-    def more(self) -> bool:
-        data = self.fh.read(max(self.chunk, len(self.buf) - self.pos))  # a long value: twice the buffer each time
-        if not data:
-            return False
-        self.line += self.buf.count("\n", 0, self.pos)
-        self.buf, self.pos = self.buf[self.pos:] + data, 0
-        return True
-
-    def peek(self) -> str:
-        """The next character that is not white space ("" at the end of the file)."""
-        while True:
-            while self.pos < len(self.buf) and self.buf[self.pos] in " \t\r\n":
-                self.pos += 1
-            if self.pos < len(self.buf) or not self.more():
-                return self.buf[self.pos:self.pos + 1]
-
-    def value(self):
-        while True:
-            try:
-                value, self.pos = self.decoder.raw_decode(self.buf, self.pos)
-                return value
-            except json.JSONDecodeError:
-                if not self.more():  # the value may only be cut by the buffer's end: read on, else it is malformed
-                    raise
-
-    def line_at(self, pos: int | None = None) -> int:
-        return self.line + self.buf.count("\n", 0, self.pos if pos is None else pos)
+def _text_head(path: Path) -> str:
+    with path.open("rb") as fh:
+        return fh.read(1 << 16).decode("utf-8", "ignore")
 
 
 def read_chatgpt(path: Path, user: str) -> Read:
@@ -282,11 +252,8 @@ def read_telegram(path: Path, user: str) -> Read:
     conversation per chat; a message's text is a string or a list of strings and parts ({"type", "text"}); service
     messages (joins, calls, pins) and media are skipped."""
     del user  # Telegram names every sender
-    out, ids, data = Read([], "telegram"), MessageIds(), read_json(path)
-    chats = (data.get("chats") or {}).get("list") if isinstance(data, dict) and "chats" in data else [data]
-    if not isinstance(chats, list):
-        raise InputError(f"{path}: a Telegram export holds 'chats' with a 'list', or one chat's 'messages'")
-    for n, chat in enumerate(chats):
+    out, ids = Read([], "telegram"), MessageIds()
+    for n, chat in enumerate(_telegram_chats(path)):
         where = f"{path} chat {n}"
         if not isinstance(chat, dict) or not isinstance(chat.get("messages"), list):
             raise InputError(f"{where}: no 'messages'")

@@ -90,8 +90,9 @@ class Reading:
 
     def retriever(self, mode: str):
         """The mode's retriever, kept while the rows it reads are unchanged (Store.generation: any write of
-        messages or boxes, by this process or another, makes the next question build it anew), so that a question
-        does not read and index the whole scope again: its box map, BM25 index and window vectors are made once."""
+        messages, boxes, events, traces or the event graph, by this process or another, makes the next question build
+        it anew), so that a question does not read and index the whole scope again: box-hits' box map, BM25 index and
+        window vectors are made once."""
         now = self.store.generation()
         kept = self._retrievers.get(mode)
         if kept is None or kept[0] != now:

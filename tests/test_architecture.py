@@ -19,7 +19,7 @@ LAYERS: list[tuple[str, set[str]]] = [
     ("retrieval modes", {"retrieval", "retrieval.baselines", "retrieval.compact", "retrieval.boxhits",
                          "retrieval.lexical", "retrieval.eventgraph", "retrieval.eventkeys"}),
     ("registry", {"systems"}),
-    ("storage, models, input", {"store", "store_lock", "store_connections", "index", "weights", "ingest", "exports", "prompts", "backends",
+    ("storage, models, input", {"store", "store_lock", "store_connections", "index", "weights", "ingest", "jsonstream", "exports", "prompts", "backends",
                                 "backends.llamacpp", "backends.llamacpp_grammar", "backends.openai", "backends.vllm",
                                 "backends.transformers",
                                 "backends.router",

@@ -57,7 +57,7 @@ def test_an_event_graph_is_added_to_a_built_box_memory_by_the_store_migration(tm
         boxes = [(b.id, b.topic) for b in mem.boxes()]
         assert not mem.store.db.execute("SELECT 1 FROM sqlite_master WHERE name='ew_events'").fetchone()
     with Memory(tmp_path / "m", ew_config(cfg), backend=scripted_backend(), embedder=FakeEmbedder()) as mem:
-        assert mem.store.get_meta("schema_version.eventweave") == "2"
+        assert mem.store.get_meta("schema_version.eventweave") == "3"
         assert json.loads(mem.store.get_meta("systems")) == ["membox", "eventweave"]
         assert mem.has_work()
         mem.add([], seal=True)  # the stored messages are extracted into the graph; the boxes stay as they were
@@ -71,7 +71,7 @@ def test_an_event_graph_is_added_to_a_built_box_memory_by_the_store_migration(tm
         mem.store.db.execute("ALTER TABLE ew_pairs DROP COLUMN dropped")
         mem.store.set_meta("schema_version.eventweave", "1")
     with Memory(tmp_path / "m", ew_config(cfg), backend=scripted_backend(), embedder=FakeEmbedder()) as mem:
-        assert mem.store.get_meta("schema_version.eventweave") == "2"
+        assert mem.store.get_meta("schema_version.eventweave") == "3"
         assert {k: dict(r) for k, r in mem.store.ew_pairs(CONV).items()} == {
             k: dict(r, dropped="{}") for k, r in pairs.items()}
         assert not mem.has_work()

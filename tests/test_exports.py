@@ -233,6 +233,10 @@ def test_a_conversations_json_is_read_one_conversation_at_a_time_and_a_bad_one_n
         list(_conversations(write(tmp_path, "bad.json", bad), "ChatGPT", 16))
     with pytest.raises(InputError, match="a ChatGPT export is a list of conversations"):
         list(_conversations(write(tmp_path, "obj.json", {"mapping": {}}), "ChatGPT"))
+    from membox_local.exports import _telegram_chats  # Telegram's chats.list the same way, past other keys
+
+    path = write(tmp_path, "result.json", {**TELEGRAM, "left_chats": {"about": "x", "list": []}})
+    assert [list(_telegram_chats(path, chunk)) for chunk in (3, 1 << 20)] == [TELEGRAM["chats"]["list"]] * 2
 
 @pytest.mark.long
 def test_an_export_of_100000_messages_is_read_whole_with_an_id_each(tmp_path):

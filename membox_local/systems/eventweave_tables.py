@@ -25,7 +25,7 @@ from typing import Iterable
 
 import numpy as np
 
-from ..store import store_class
+from ..store import counted, store_class
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS ew_pairs (
@@ -156,7 +156,10 @@ class EventTables:
 
     TABLES = "eventweave"
     SCHEMA = SCHEMA
-    SCHEMA_VERSION = 2
+    SCHEMA_VERSION = 3
+    # the graph a retriever reads, counted as the box memory's rows are (store.CHANGES; version 3)
+    TRIGGERS = tuple(t for table in ("ew_pairs", "ew_events", "ew_nodes", "ew_edges", "ew_updates", "ew_summaries")
+                     for t in counted(table))
     # version 2: the items a pair's extraction wrote that were not kept, counted by reason (JSON)
     COLUMNS_ADDED = {2: (("ew_pairs", "dropped", "TEXT NOT NULL DEFAULT '{}'"),)}
     # how sharded builds are merged (execution/merge.py merge_rules): table -> {column: the table whose ids it holds}

@@ -58,7 +58,8 @@ class BoxTables:
 
     TABLES = "membox"
     SCHEMA = SCHEMA
-    TRIGGERS = counted("boxes")  # a box's membership is the messages' box_id, counted by the core's triggers
+    # what the box modes read (a box's membership is the messages' box_id, counted by the core's triggers)
+    TRIGGERS = tuple(t for table in ("boxes", "events", "traces", "trace_events") for t in counted(table))
     SCHEMA_VERSION = 4
     # 2: boxes.note, what the record was made from when it is not the whole box (an excerpt of an over-long box)
     # 3: events.sources, the JSON list of the message ids an event was read from (NULL: extracted before schema 3,
