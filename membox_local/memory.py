@@ -116,7 +116,7 @@ class Memory(BuildSettings, Filing, Erasure, Verbs, Reading):
         self._answer_backend = answer_backend
         self._made: dict[str, Backend] = {}  # the models this Memory loaded itself, by settings (llm_key): shared
         self._indexes: dict[str, VectorIndex] = {}
-        self._retrievers: dict[str, tuple[int, object]] = {}  # mode -> (store generation, retriever): retriever()
+        self._retrievers: dict[str, tuple] = {}  # mode -> (store generation, retriever): Reading.retriever
         self.components: list[Component] = [component_class(n)(self) for n in self.config.memory.systems]
 
     def system(self, name: str) -> Component:

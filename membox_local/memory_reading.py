@@ -91,12 +91,14 @@ class Reading:
     def retriever(self, mode: str):
         """The mode's retriever, kept while the rows it reads are unchanged (Store.generation: any write of
         messages, boxes, events, traces or the event graph, by this process or another, makes the next question build
-        it anew), so that a question does not read and index the whole scope again: box-hits' box map, BM25 index and
-        window vectors are made once."""
+        it anew, or, where messages were only added and filed, bring it up to date: Retriever.refresh), so that a
+        question does not read and index the whole scope again: box-hits' box map, BM25 index and window vectors are
+        made once and extended as the memory grows."""
         now = self.store.generation()
         kept = self._retrievers.get(mode)
-        if kept is None or kept[0] != now:
-            kept = self._retrievers[mode] = (now, make_retriever(mode, self))
+        if kept is None or kept[0][1] != now[1] or (kept[0] != now and not kept[1].refresh()):
+            kept = (now, make_retriever(mode, self))  # new, after an erasure, or not to be brought up to date
+        self._retrievers[mode] = (now, kept[1])
         return kept[1]
 
     def evidence_scorer(self):

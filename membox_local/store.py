@@ -92,23 +92,24 @@ CREATE TABLE IF NOT EXISTS build_time (
     PRIMARY KEY (conversation_id, stage)
 );
 """
-# What a reader builds from the rows (a retriever's box map: messages, vectors, boxes, BM25) is kept while nothing it
-# reads changed: the `changes` row counts every insert, update and delete of those rows, made by triggers on the
-# tables themselves, so that a write of any connection or process counts (Store.generation; a part adds triggers on
-# its own tables). Schema 5 added it.
+# What a reader builds from the rows (a retriever's box map) is kept while nothing it reads changed: `rows` counts every
+# insert, update and delete of them, `erased` what takes text away (a message deleted or rewritten, a box deleted), by
+# triggers on the tables, so that a write of any connection or process counts (Store.generation; schema 5).
 CHANGES = """
 CREATE TABLE IF NOT EXISTS changes (what TEXT PRIMARY KEY, n INTEGER NOT NULL);
-INSERT OR IGNORE INTO changes VALUES ('rows', 0)
+INSERT OR IGNORE INTO changes VALUES ('rows', 0);
+INSERT OR IGNORE INTO changes VALUES ('erased', 0)
 """
 
 
-def counted(table: str) -> tuple[str, ...]:
-    """The triggers that count each insert, update and delete of `table` in the `changes` row (CHANGES)."""
-    return tuple(f"CREATE TRIGGER IF NOT EXISTS {table}_{op.lower()}_counted AFTER {op} ON {table} "
-                 f"BEGIN UPDATE changes SET n = n + 1 WHERE what = 'rows'; END" for op in ("INSERT", "UPDATE", "DELETE"))
+def counted(table: str, ops: tuple[str, ...] = ("INSERT", "UPDATE", "DELETE"), row: str = "rows") -> tuple[str, ...]:
+    """The triggers that count each of `ops` on `table` in the `changes` row `row` (CHANGES)."""
+    return tuple(f"CREATE TRIGGER IF NOT EXISTS {table}_{op.split()[0].lower()}_{'counted' if row == 'rows' else row} "
+                 f"AFTER {op} ON {table} "
+                 f"BEGIN UPDATE changes SET n = n + 1 WHERE what = '{row}'; END" for op in ops)
 
 
-TRIGGERS = counted("messages")
+TRIGGERS = counted("messages") + counted("messages", ("DELETE", "UPDATE OF text"), "erased")
 # Schema 3 added the build_time table (seconds and calls per conversation and build stage, profile.py).
 # Columns a schema version added to a table that existed before it: (table, column, declaration), added to a store
 # of an older version when it is opened (Store._migrate). New stores get them from SCHEMA's CREATE TABLE.
@@ -219,11 +220,13 @@ class Store:
                 if stored != part.SCHEMA_VERSION:
                     self.db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, str(part.SCHEMA_VERSION)))
 
-    def generation(self) -> int:
-        """How many inserts, updates and deletes the rows a reader builds from have seen (CHANGES): equal numbers
-        mean nothing of them changed in between, whoever wrote."""
+    def generation(self) -> tuple[int, int]:
+        """(changes, erasures): how many inserts, updates and deletes the rows a reader builds from have seen, and
+        how many of them took text away (CHANGES). Equal numbers mean nothing of them changed in between, whoever
+        wrote; equal erasures, that they were only added to and filed."""
         with self._conns.read() as db:
-            return db.execute("SELECT n FROM changes WHERE what = 'rows'").fetchone()[0]
+            n = dict(db.execute("SELECT what, n FROM changes").fetchall())
+        return n["rows"], n["erased"]
 
     def _schema_version(self, key: str) -> int | None:
         """A part's stored schema version; None for a new store or a part new to it."""
@@ -414,6 +417,12 @@ class Store:
         rows = self.db.execute(
             "SELECT * FROM messages WHERE conversation_id=? AND processed=0 ORDER BY seq", (conversation_id,)
         ).fetchall()
+        return [self._message(r) for r in rows]
+
+    def messages_from(self, conversation_id: str, seq: int) -> list[Message]:
+        """The conversation's messages from `seq` on, in order."""
+        rows = self.db.execute("SELECT * FROM messages WHERE conversation_id=? AND seq>=? ORDER BY seq",
+                               (conversation_id, seq)).fetchall()
         return [self._message(r) for r in rows]
 
     def messages(self, conversation_id: str) -> list[Message]:

@@ -254,8 +254,49 @@ def test_a_memory_keeps_its_retriever_until_a_message_or_box_changes(memory, fil
     memory.context("a tow truck", CONV, mode="box-hits")  # a new question embedded and cached: not a change
     assert memory.retriever("box-hits") is kept
     memory.store.add_messages([Message(CONV, "D3:1", "Ann", "Pixel learned to open the fridge", "3", "1 July 2023")])
-    assert memory.retriever("box-hits") is not kept
     assert "fridge" in memory.context("what did Pixel learn to open", CONV, mode="box-hits").text
+    assert memory.retriever("box-hits") is kept  # brought up to date in place: messages were only added
+    memory.forget(CONV, ["D3:1"])
+    assert memory.retriever("box-hits") is not kept  # an erasure: made anew
+
+
+def test_a_box_map_brought_up_to_date_is_the_one_built_anew(memory):
+    """boxhits.extended: after more messages are stored, filed into boxes, sealed, or left pending, the kept map
+    extended in place equals the map a new retriever builds, array by array, and so does the context."""
+    from membox_local.retrieval.boxhits import extended
+
+    msgs = _messages()
+    store = memory.store
+    store.add_messages(msgs[:5])
+    stored = store.messages(CONV)
+    first = store.open_box(stored[0])
+    for m in stored[:4]:
+        store.file_message(m, first, "continue", None)
+    store.set_box_status(first, "sealed")
+    second = store.open_box(stored[4])  # left open, with one message
+    store.file_message(stored[4], second, "continue", None)
+    r = make_retriever("box-hits", memory)
+    bm = r.box_map(CONV)
+    bm.message_tokens(), bm.lexical_index()
+    store.add_messages(msgs[5:])  # the open box grows and is sealed, a box is filed, the last messages stay pending
+    rest = store.messages(CONV)[5:]
+    store.file_message(rest[0], second, "continue", None)
+    store.file_message(rest[1], second, "continue", None)
+    store.set_box_status(second, "sealed")
+    third = store.open_box(rest[2])
+    for m in rest[2:5]:
+        store.file_message(m, third, "continue", None)
+    new, fresh = extended(memory, bm), make_retriever("box-hits", memory).box_map(CONV)
+    assert [m.message_id for m in new.messages] == [m.message_id for m in fresh.messages]
+    assert [b.id for b in new.boxes] == [b.id for b in fresh.boxes] and new.box_of.tolist() == fresh.box_of.tolist()
+    assert [x.tolist() for x in new.members] == [x.tolist() for x in fresh.members]
+    for name in ("vectors", "windows", "centroids"):
+        assert np.allclose(getattr(new, name), getattr(fresh, name)), name
+    assert new.message_tokens().tolist() == fresh.message_tokens().tolist()
+    q = "did Ann adopt a kitten named Pixel"
+    assert np.allclose(new.lexical_index().scores(q), fresh.lexical_index().scores(q))
+    r._maps[CONV] = new
+    assert r.retrieve(q, CONV, 5, 60).text == make_retriever("box-hits", memory).retrieve(q, CONV, 5, 60).text
 
 
 @pytest.fixture

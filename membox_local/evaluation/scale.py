@@ -9,7 +9,8 @@ are read from the store's cache as a real build's are; what MiniLM would spend e
 size: seconds per message of those writes (messages, box membership, records, vectors, the box index), the folder's
 bytes, the open time (a new Memory and its first `search`), then LoCoMo dev questions: `Memory.search` (the boxes'
 HNSW index) and `Memory.context` (box-hits with BM25, the first stage alone), each cold (the first call of a new
-Memory) and warm (p50 / p95 of the rest), and the process's peak resident memory.
+Memory) and warm (p50 / p95 of the rest), the next question's context after AFTER_WRITE more messages were filed
+by another Memory (a server answering while it files), and the process's peak resident memory.
 """
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ from ..testing import FakeEmbedder
 from .latency import machine
 
 CONV, PER_SESSION, PER_BOX = "year", 20, 8
+AFTER_WRITE = 96  # messages filed between a size's warm questions and the next one (12 boxes)
 
 
 def texts(data: Path) -> list[tuple[str, str]]:
@@ -74,19 +76,22 @@ def timed(fn) -> tuple[float, object]:
     return time.perf_counter() - t0, out
 
 
-def measure(path: Path, cfg, questions: list[str]) -> dict:
-    """Open, search and context figures of the folder, from a new Memory."""
+def measure(path: Path, cfg, questions: list[str], write) -> dict:
+    """Open, search and context figures of the folder, from a new Memory; then `write()` (another Memory files
+    AFTER_WRITE more messages) and the next question's context, what a server answering while it files pays."""
     open_s, mem = timed(lambda: Memory(path, cfg, embedder=FakeEmbedder()))
     try:
         search = [timed(lambda q=q: mem.search(q, k=5, conversation_id=CONV))[0] for q in questions]
         context = [timed(lambda q=q: mem.context(q, CONV))[0] for q in questions]
+        write()
+        after = timed(lambda: mem.context(questions[0], CONV))[0]
     finally:
         mem.close()
     pct = lambda xs, p: round(1000 * float(np.percentile(xs, p)), 1)  # noqa: E731
     return {"open_s": round(open_s + search[0], 2), "search_cold_ms": round(1000 * search[0], 1),
             "search_warm_p50_ms": pct(search[1:], 50), "search_warm_p95_ms": pct(search[1:], 95),
             "context_cold_ms": round(1000 * context[0], 1), "context_warm_p50_ms": pct(context[1:], 50),
-            "context_warm_p95_ms": pct(context[1:], 95),
+            "context_warm_p95_ms": pct(context[1:], 95), "context_after_write_ms": round(1000 * after, 1),
             "resident_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)}
 
 
@@ -109,8 +114,8 @@ def run(data: Path, folder: Path, sizes: list[int], n_questions: int, log=print)
             seconds = grow(mem, pool, have, size)
             rows.append({"messages": size, "write_s_per_message": round(seconds / (size - have), 5),
                          "folder_mb": round(sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) / 2**20, 1)})
-            have = size
-            rows[-1].update(measure(path, cfg, questions))
+            rows[-1].update(measure(path, cfg, questions, lambda s=size: grow(mem, pool, s, s + AFTER_WRITE)))
+            have = size + AFTER_WRITE
             log(json.dumps(rows[-1]))
     finally:
         mem.close()

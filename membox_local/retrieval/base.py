@@ -49,6 +49,11 @@ class Retriever:
     def retrieve(self, question: str, conversation_id: str | None, k: int, budget_tokens: int) -> Context:
         raise NotImplementedError
 
+    def refresh(self) -> bool:
+        """Bring what this retriever read up to date in place after messages were only added and filed; False (the
+        default) when it cannot, and a new retriever is made."""
+        return False
+
 
 RETRIEVERS: dict[str, type[Retriever]] = {}
 R = TypeVar("R", bound=type)

@@ -136,6 +136,54 @@ def box_map(memory: "MemoryView", messages: list[Message], vectors: np.ndarray, 
                   centroids=unit(centroids), scope=conversation_id)
 
 
+def extended(memory: "MemoryView", bm: BoxMap, chunk_words: int = CHUNK_WORDS) -> BoxMap | None:
+    """`bm` brought up to date with the store after messages were only added and filed: the boxes before the first
+    one still open (or the first message not yet filed) cannot have changed and are kept with their messages,
+    vectors, windows and BM25 terms; what follows is read again and the BM25 index extended with the new messages.
+    The result is what `box_map` would build now. None where the map is not one conversation's, or the store
+    does not continue it (a message of it gone or changed): the caller builds it anew."""
+    if bm.scope is None or not bm.messages:
+        return None
+    stable = next((n for n, b in enumerate(bm.boxes) if b.id < 0 or b.status == "open"), len(bm.boxes))
+    cut = min((int(bm.members[b][0]) for b in range(stable, len(bm.boxes)) if len(bm.members[b])),
+              default=len(bm.messages))
+    if any(len(bm.members[b]) and bm.members[b][-1] >= cut for b in range(stable)):
+        return None  # the kept boxes are not the map's first messages
+    old, key = len(bm.messages), (lambda m: (m.conversation_id, m.message_id, m.text))
+    store = memory.store
+    tail = store.messages_from(bm.scope, bm.messages[cut].seq if cut < old else bm.messages[-1].seq + 1)
+    if [key(m) for m in tail[:old - cut]] != [key(m) for m in bm.messages[cut:]]:
+        return None
+    messages = bm.messages[:cut] + tail
+    boxes = bm.boxes[:stable] + [b for b in store.boxes_after(bm.scope, bm.boxes[stable - 1].id if stable else 0)
+                                 if b.messages]
+    position = {k: v for k, v in bm.position.items() if v < stable}
+    position.update({(m.conversation_id, m.message_id): n for n, b in enumerate(boxes[stable:], stable)
+                     for m in b.messages})
+    for m in tail:
+        if (m.conversation_id, m.message_id) not in position:  # pending, not filed yet: a box of its own
+            position[(m.conversation_id, m.message_id)] = len(boxes)
+            boxes.append(Box(-1, m.conversation_id, m.session, m.session_date, [m]))
+    if len(position) != len(messages):
+        return None  # a box of the tail holds a message the tail does not
+    box_of = np.array([position[(m.conversation_id, m.message_id)] for m in messages], dtype=np.int64)
+    members = np.split(np.argsort(box_of, kind="stable"), np.cumsum(np.bincount(box_of, minlength=len(boxes)))[:-1])
+    new = messages[old:]
+    vectors = np.concatenate([bm.vectors[:old], memory.embedder.encode([chunk_text([m]) for m in new])]) \
+        if new else bm.vectors[:old]
+    windows = box_chunk_vectors(memory, messages, members[stable:], chunk_words)[cut:]
+    centroids = unit(np.stack([vectors[idx].mean(axis=0) for idx in members[stable:]])) if len(boxes) > stable \
+        else bm.centroids[:0]
+    out = BoxMap(messages, vectors, box_of, boxes, members, position, windows=np.concatenate([bm.windows[:cut], windows]),
+                 centroids=np.concatenate([bm.centroids[:stable], centroids]), scope=bm.scope)
+    if bm.tokens is not None:
+        out.tokens = np.concatenate([bm.tokens[:old], [count_tokens(m.render()) for m in new]])
+    if bm.lexical is not None:
+        bm.lexical.extend([m.render() for m in new])
+        out.lexical = bm.lexical
+    return out
+
+
 def box_chunk_vectors(memory: "MemoryView", messages: list[Message], members: list[np.ndarray],
                       chunk_words: int = CHUNK_WORDS) -> np.ndarray:
     """Message index -> embedding of its window: the ~chunk_words-word chunk of consecutive messages of its
@@ -181,6 +229,20 @@ class BoxHitsRetriever(Retriever):
             self._maps[conversation_id] = box_map(self.memory, [c[0] for c in chunks], vecs, conversation_id,
                                                   self.name, self.window_vectors)
         return self._maps[conversation_id]
+
+    def refresh(self) -> bool:
+        """After messages were only added and filed (Store.generation: no erasure since), bring each kept box map up
+        to date in place (`extended`): what was read and indexed before stays. False where that cannot be done (a
+        variant with caches of its own, a map of several conversations, a change that is not an addition); the
+        caller then makes a new retriever."""
+        if type(self) is not BoxHitsRetriever:
+            return False
+        maps = {scope: extended(self.memory, bm, self.chunk_words) for scope, bm in self._maps.items()}
+        if any(bm is None for bm in maps.values()):
+            return False
+        self._maps = maps
+        self.turns = TurnRagRetriever(self.memory)  # what it read is in the maps now
+        return True
 
     def window_vectors(self, messages: list[Message], members: list[np.ndarray]) -> np.ndarray:
         """Message index -> unit vector of its window (see the module docstring)."""

@@ -17,7 +17,8 @@ while it ran other jobs (load 7.5; `python benchmarks/lexical_fit.py speed --str
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from collections import Counter
 from typing import Sequence
 
 import bm25s
@@ -28,37 +29,72 @@ STOPWORDS = "en_plus"  # bm25s' longer English list (Lucene's 33 words miss "whe
 _STEMMER = Stemmer.Stemmer("english")
 
 
-def words(texts: Sequence[str], ids: bool = False):
-    """Each text's index terms: lowercased words of 2+ characters, stop words dropped, stemmed (with `ids`: as
-    bm25s' Tokenized, term ids and the vocabulary, which the index takes without mapping strings again)."""
+def words(texts: Sequence[str]) -> list[list[str]]:
+    """Each text's index terms: lowercased words of 2+ characters, stop words dropped, stemmed (bm25s' tokenizer)."""
     return bm25s.tokenize(list(texts), lower=True, stopwords=STOPWORDS, stemmer=_STEMMER.stemWords,
-                          return_ids=ids, show_progress=False)
+                          return_ids=False, show_progress=False)
 
 
-@dataclass
+K1, B = 1.5, 0.75  # bm25s' defaults (its "lucene" variant, the one this index reproduces)
+
+
 class LexicalIndex:
-    """BM25 over a fixed list of texts (one per message, in the order given)."""
+    """BM25 over a list of texts (one per message, in the order given) that grows: `extend` adds texts at the end,
+    so that a memory's index follows its filing without being built again. The scores are bm25s' "lucene" BM25
+    (idf = ln(1 + (N - df + 0.5) / (df + 0.5)), tf / (tf + k1 (1 - b + b len / mean len))), computed at question
+    time from the postings, with the texts' words as bm25s tokenizes them (`words`)."""
 
-    bm25: bm25s.BM25 | None  # None: no text has an index term
-    size: int
+    def __init__(self):
+        self.vocab: dict[str, int] = {}
+        self.docs: list[list[int]] = []  # term id -> the texts holding it (postings), and their counts there
+        self.counts: list[list[int]] = []
+        self.lengths: list[int] = []  # text -> its number of index terms
+        self._arrays: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # postings as arrays, made when first asked for
 
     @classmethod
     def build(cls, texts: Sequence[str]) -> "LexicalIndex":
-        terms = words(texts, ids=True)
-        if not any(terms.ids):
-            return cls(None, len(terms.ids))
-        bm25 = bm25s.BM25()
-        bm25.index(terms, show_progress=False)
-        return cls(bm25, len(terms.ids))
+        index = cls()
+        index.extend(texts)
+        return index
+
+    @property
+    def size(self) -> int:
+        return len(self.lengths)
+
+    def extend(self, texts: Sequence[str]) -> None:
+        """Add texts after those indexed."""
+        texts = list(texts)
+        for terms in (words(texts) if texts else []):
+            n = len(self.lengths)
+            self.lengths.append(len(terms))
+            for term, count in Counter(terms).items():
+                t = self.vocab.setdefault(term, len(self.vocab))
+                if t == len(self.docs):
+                    self.docs.append([])
+                    self.counts.append([])
+                self.docs[t].append(n)
+                self.counts[t].append(count)
+                self._arrays.pop(t, None)
 
     def scores(self, query: str) -> np.ndarray:
-        """BM25 score of every text for the query (0 where no query term occurs)."""
-        if self.bm25 is None:
-            return np.zeros(self.size)
-        known = [t for t in words([query])[0] if t in self.bm25.vocab_dict]
-        if not known:
-            return np.zeros(self.size)
-        return np.asarray(self.bm25.get_scores(known), dtype=float)
+        """BM25 score of every text for the query (0 where no query term occurs); a term the query repeats counts
+        as often as it is said."""
+        out = np.zeros(self.size)
+        total = sum(self.lengths)
+        if not total:
+            return out
+        mean = total / self.size
+        lengths = np.asarray(self.lengths, dtype=float)
+        for term in words([query])[0] if query.strip() else []:
+            t = self.vocab.get(term)
+            if t is None:
+                continue
+            if t not in self._arrays:
+                self._arrays[t] = (np.asarray(self.docs[t]), np.asarray(self.counts[t], dtype=float))
+            docs, tf = self._arrays[t]
+            idf = math.log(1 + (self.size - len(docs) + 0.5) / (len(docs) + 0.5))
+            out[docs] += idf * tf / (tf + K1 * ((1 - B) + B * lengths[docs] / mean))
+        return out
 
     def normalised(self, query: str) -> np.ndarray:
         """scores / the best text's score: 1 for the best match, 0 where no query term occurs."""

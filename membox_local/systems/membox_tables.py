@@ -59,7 +59,8 @@ class BoxTables:
     TABLES = "membox"
     SCHEMA = SCHEMA
     # what the box modes read (a box's membership is the messages' box_id, counted by the core's triggers)
-    TRIGGERS = tuple(t for table in ("boxes", "events", "traces", "trace_events") for t in counted(table))
+    TRIGGERS = tuple(t for table in ("boxes", "events", "traces", "trace_events") for t in counted(table)) + \
+        counted("boxes", ("DELETE",), "erased")
     SCHEMA_VERSION = 4
     # 2: boxes.note, what the record was made from when it is not the whole box (an excerpt of an over-long box)
     # 3: events.sources, the JSON list of the message ids an event was read from (NULL: extracted before schema 3,
@@ -197,6 +198,12 @@ class BoxTables:
             sql += " AND status=?"
             args.append(status)
         return [self._box(r) for r in self.db.execute(sql + " ORDER BY id", args).fetchall()]
+
+    def boxes_after(self, conversation_id: str, box_id: int) -> list[Box]:
+        """The conversation's boxes with an id above `box_id`, by id (those filed after it)."""
+        rows = self.db.execute("SELECT * FROM boxes WHERE conversation_id=? AND id>? ORDER BY id",
+                               (conversation_id, box_id)).fetchall()
+        return [self._box(r) for r in rows]
 
     def current_open_box(self, conversation_id: str) -> Box | None:
         row = self.db.execute(
