@@ -32,6 +32,27 @@ def test_bm25_scores_the_message_holding_a_rare_word_first_and_normalises_to_one
     assert empty.scores("the kitten").tolist() == [0.0, 0.0] and LexicalIndex.build([]).scores("x").size == 0
 
 
+def test_the_index_grows_and_scores_as_bm25s_does():
+    """LexicalIndex keeps its own postings so that it can grow (`extend`): built in two steps it is the index built
+    at once, and its scores are bm25s' "lucene" BM25 (float32 there)."""
+    import bm25s
+
+    from membox_local.retrieval.lexical import STOPWORDS, _STEMMER
+
+    texts = ["Ann: I adopted a grey kitten named Pixel", "Bob: Pixel is a lovely name for a kitten",
+             "Ann: the weather was grey and the garden wet", "Bob: my car broke down, the car needed a tow",
+             "Ann: cherry tomatoes, cherry pie, cherry everything", "Bob: ok"]
+    grown = LexicalIndex.build(texts[:2])
+    grown.extend(texts[2:])
+    ref = bm25s.BM25()
+    ref.index(bm25s.tokenize(texts, stopwords=STOPWORDS, stemmer=_STEMMER.stemWords, show_progress=False),
+              show_progress=False)
+    for q in ("Which kitten is named Pixel?", "cherry car grey", "the car the car"):
+        known = [t for t in words([q])[0] if t in ref.vocab_dict]
+        assert np.allclose(grown.scores(q), ref.get_scores(known), rtol=1e-5, atol=1e-6), q
+        assert np.array_equal(grown.scores(q), LexicalIndex.build(texts).scores(q))
+
+
 def test_fusion_adds_the_weighted_normalised_bm25_score_to_each_relevance(memory):
     _file(memory)
     r = make_retriever("box-hits", memory)

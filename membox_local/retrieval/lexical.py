@@ -6,14 +6,13 @@ messages' words finds those. Text is lowercased and cut into words of two or mor
 English words dropped (bm25s' `en_plus` list, 179 words) and the rest stemmed (Snowball English, PyStemmer: "groups"
 and "group" meet).
 
-Why the index lives in memory only: it is built from the store's messages when a retriever first reads a scope
-(`LexicalIndex.build`, kept in box-hits' per-scope BoxMap beside the message vectors) and never written to disk.
-Memory.context makes a retriever per question, so every index is built from the messages stored at that moment: a
-filed message is in it and a forgotten one cannot be, and there is no copy on disk for forgetting to erase (the
-erasure tests check that a forgotten message's words find nothing). Building it costs little beside the seconds an
-answer takes: 58 ms on average for a LoCoMo dev conversation (~570 turns) and 237 ms (at most 670) for a LongMemEval-S
-dev history (~500 turns, many of them an assistant's long answers), a question 0.3-2 ms, measured on the 2-core VM
-while it ran other jobs (load 7.5; `python benchmarks/lexical_fit.py speed --stride 4`, lexical-speed.json).
+The index lives in memory, with the rest of box-hits' per-scope BoxMap, and is never written to disk: a Memory keeps
+it while the store's rows are unchanged, extends it (`extend`) as messages are filed, and builds it anew after an
+erasure (Memory.retriever, Store.generation), so a forgotten message's words are in no index and there is no copy on
+disk for forgetting to erase (the erasure tests check that a forgotten message's words find nothing). It keeps its
+postings itself (bm25s' index cannot grow) and scores as bm25s' "lucene" variant does (a test compares them); the
+words are bm25s' tokenizer's. Building it from scratch costs seconds only at tens of thousands of messages
+(BENCHMARKS.md, "Scale": the first question after opening).
 """
 from __future__ import annotations
 
@@ -50,6 +49,8 @@ class LexicalIndex:
         self.counts: list[list[int]] = []
         self.lengths: list[int] = []  # text -> its number of index terms
         self._arrays: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # postings as arrays, made when first asked for
+        self._lengths: np.ndarray | None = None  # `lengths` as an array, and their sum
+        self._total = 0
 
     @classmethod
     def build(cls, texts: Sequence[str]) -> "LexicalIndex":
@@ -67,6 +68,8 @@ class LexicalIndex:
         for terms in (words(texts) if texts else []):
             n = len(self.lengths)
             self.lengths.append(len(terms))
+            self._total += len(terms)
+            self._lengths = None
             for term, count in Counter(terms).items():
                 t = self.vocab.setdefault(term, len(self.vocab))
                 if t == len(self.docs):
@@ -80,11 +83,12 @@ class LexicalIndex:
         """BM25 score of every text for the query (0 where no query term occurs); a term the query repeats counts
         as often as it is said."""
         out = np.zeros(self.size)
-        total = sum(self.lengths)
-        if not total:
+        if not self._total:
             return out
-        mean = total / self.size
-        lengths = np.asarray(self.lengths, dtype=float)
+        mean = self._total / self.size
+        if self._lengths is None:
+            self._lengths = np.asarray(self.lengths, dtype=float)
+        lengths = self._lengths
         for term in words([query])[0] if query.strip() else []:
             t = self.vocab.get(term)
             if t is None:
