@@ -171,7 +171,7 @@ def extended(memory: "MemoryView", bm: BoxMap, chunk_words: int = CHUNK_WORDS) -
     new = messages[old:]
     vectors = np.concatenate([bm.vectors[:old], memory.embedder.encode([chunk_text([m]) for m in new])]) \
         if new else bm.vectors[:old]
-    windows = box_chunk_vectors(memory, messages, members[stable:], chunk_words)[cut:]
+    windows = box_chunk_vectors(memory, messages[cut:], [idx - cut for idx in members[stable:]], chunk_words)
     centroids = unit(np.stack([vectors[idx].mean(axis=0) for idx in members[stable:]])) if len(boxes) > stable \
         else bm.centroids[:0]
     out = BoxMap(messages, vectors, box_of, boxes, members, position, windows=np.concatenate([bm.windows[:cut], windows]),
