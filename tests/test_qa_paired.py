@@ -84,3 +84,7 @@ def test_the_scale_curve_grows_one_scope_and_times_it(tmp_path):
         mem.close()
     assert row["context_warm_p50_ms"] > 0 and row["search_warm_p95_ms"] >= row["search_warm_p50_ms"]
     assert row["context_after_write_ms"] > 0
+    with Memory(tmp_path / "many", cfg, embedder=FakeEmbedder()) as mem:  # a folder of several: a session each in turn
+        grow(mem, pool, 0, 120, conversations=3)
+        assert [len(mem.store.messages(c)) for c in mem.store.conversations()] == [40, 40, 40]
+        assert all({m.conversation_id for m in b.messages} == {b.conversation_id} for b in mem.boxes(CONV + "-0"))

@@ -44,8 +44,13 @@ def texts(data: Path) -> list[tuple[str, str]]:
     return [(who, " ".join(text.split())) for who, text in out if text.strip()]
 
 
-def grow(mem: Memory, pool: list[tuple[str, str]], start: int, stop: int) -> float:
-    """Messages start..stop-1 written and filed in boxes of PER_BOX; returns the seconds."""
+def conversation(n: int, conversations: int) -> str:
+    """The conversation message n goes to: CONV, or with several, each session to the next of them in turn."""
+    return CONV if conversations == 1 else f"{CONV}-{(n // PER_SESSION) % conversations}"
+
+
+def grow(mem: Memory, pool: list[tuple[str, str]], start: int, stop: int, conversations: int = 1) -> float:
+    """Messages start..stop-1 written and filed in boxes of PER_BOX (a conversation's own); returns the seconds."""
     t0 = time.perf_counter()
     store = mem.store
     for lo in range(start, stop, 1000):
@@ -53,18 +58,20 @@ def grow(mem: Memory, pool: list[tuple[str, str]], start: int, stop: int) -> flo
         for n in range(lo, min(stop, lo + 1000)):
             who, text = pool[n % len(pool)]
             session = n // PER_SESSION + 1
-            batch.append(Message(CONV, f"m{n}", who[:40], f"{text} #{n}", str(session), f"day {session}"))
+            batch.append(Message(conversation(n, conversations), f"m{n}", who[:40], f"{text} #{n}", str(session),
+                                 f"day {session}"))
         store.add_messages(batch)
-        stored = store.pending_messages(CONV)  # the batch, as the Loom reads what it has yet to file
-        mem.embedder.encode([m.text for m in stored])  # cached in the store, as a build leaves them
         windows = []
-        for i in range(0, len(stored), PER_BOX):
-            box = store.open_box(stored[i])
-            for m in stored[i:i + PER_BOX]:
-                store.file_message(m, box, "continue", None)
-            store.set_box_status(box, "sealed")
-            store.save_extraction(box, " ".join(stored[i].text.split()[:6]), [], [])  # a record: the box is indexed
-            windows += [chunk_text(c) for c in chunk_session_messages(stored[i:i + PER_BOX], CHUNK_WORDS)]
+        for conv in dict.fromkeys(m.conversation_id for m in batch):
+            stored = store.pending_messages(conv)  # the batch, as the Loom reads what it has yet to file
+            mem.embedder.encode([m.text for m in stored])  # cached in the store, as a build leaves them
+            for i in range(0, len(stored), PER_BOX):
+                box = store.open_box(stored[i])
+                for m in stored[i:i + PER_BOX]:
+                    store.file_message(m, box, "continue", None)
+                store.set_box_status(box, "sealed")
+                store.save_extraction(box, " ".join(stored[i].text.split()[:6]), [], [])  # a record: indexed
+                windows += [chunk_text(c) for c in chunk_session_messages(stored[i:i + PER_BOX], CHUNK_WORDS)]
         mem.embedder.encode(windows)  # the boxes' windows, embedded as the Loom embeds them when it seals a box
         mem.system("membox").sync()  # the boxes' HNSW index, as a build leaves it
     return time.perf_counter() - t0
@@ -76,15 +83,15 @@ def timed(fn) -> tuple[float, object]:
     return time.perf_counter() - t0, out
 
 
-def measure(path: Path, cfg, questions: list[str], write) -> dict:
+def measure(path: Path, cfg, questions: list[str], write, asked: str = CONV) -> dict:
     """Open, search and context figures of the folder, from a new Memory; then `write()` (another Memory files
     AFTER_WRITE more messages) and the next question's context, what a server answering while it files pays."""
     open_s, mem = timed(lambda: Memory(path, cfg, embedder=FakeEmbedder()))
     try:
-        search = [timed(lambda q=q: mem.search(q, k=5, conversation_id=CONV))[0] for q in questions]
-        context = [timed(lambda q=q: mem.context(q, CONV))[0] for q in questions]
+        search = [timed(lambda q=q: mem.search(q, k=5, conversation_id=asked))[0] for q in questions]
+        context = [timed(lambda q=q: mem.context(q, asked))[0] for q in questions]
         write()
-        after = timed(lambda: mem.context(questions[0], CONV))[0]
+        after = timed(lambda: mem.context(questions[0], asked))[0]
     finally:
         mem.close()
     pct = lambda xs, p: round(1000 * float(np.percentile(xs, p)), 1)  # noqa: E731
@@ -95,8 +102,9 @@ def measure(path: Path, cfg, questions: list[str], write) -> dict:
             "resident_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)}
 
 
-def run(data: Path, folder: Path, sizes: list[int], n_questions: int, log=print) -> dict:
-    """The curve: one row per size (see the module docstring)."""
+def run(data: Path, folder: Path, sizes: list[int], n_questions: int, log=print, conversations: int = 1) -> dict:
+    """The curve: one row per size (see the module docstring); with several `conversations` in the folder, the
+    questions ask the first of them (a search of one conversation among many: hnswlib's filter)."""
     load = round(os.getloadavg()[0], 2)  # the 1-minute load before: the figures mean something only alone
     pool = texts(data)
     qs = [q["question"] for c in json.loads((data / "locomo-dev.json").read_text()) for q in c["qa"]
@@ -111,13 +119,14 @@ def run(data: Path, folder: Path, sizes: list[int], n_questions: int, log=print)
     mem = Memory(path, cfg, embedder=FakeEmbedder())
     try:
         for size in sorted(sizes):
-            seconds = grow(mem, pool, have, size)
+            seconds = grow(mem, pool, have, size, conversations)
             rows.append({"messages": size, "write_s_per_message": round(seconds / (size - have), 5),
                          "folder_mb": round(sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) / 2**20, 1)})
-            rows[-1].update(measure(path, cfg, questions, lambda s=size: grow(mem, pool, s, s + AFTER_WRITE)))
+            more = lambda s=size: grow(mem, pool, s, s + AFTER_WRITE, conversations)  # noqa: E731
+            rows[-1].update(measure(path, cfg, questions, more, conversation(0, conversations)))
             have = size + AFTER_WRITE
             log(json.dumps(rows[-1]))
     finally:
         mem.close()
-    return {"date": time.strftime("%Y-%m-%d"), "machine": machine(), "load_before": load,
+    return {"date": time.strftime("%Y-%m-%d"), "machine": machine(), "load_before": load, "conversations": conversations,
             "pool": len(pool), "questions": len(questions), "rows": rows}
