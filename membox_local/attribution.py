@@ -98,12 +98,12 @@ def _subject_verb(text: str, pronoun: str, name: str) -> str:
     return re.sub(rf"\b{pronoun}\b(\s+)?((?:{word})(?:\s+{word}){{0,2}})?", sub, text, flags=flags)
 
 
-# what follows "'d" when it means "had": a past participle (or "better", "rather": "I'd better go", "I'd rather")
+# what follows "'d" when it means "had": a past participle that is not also the verb's plain form ("I'd come" is
+# "would"), or "better" ("I'd better go")
 _PARTICIPLES = frozenset("been gone done seen had known given taken forgotten written eaten driven flown grown thrown "
-                         "worn chosen spoken broken begun become got gotten made found told left bought brought thought "
-                         "met kept won spent sent built lost paid heard held understood taught caught sold felt run "
-                         "come better".split())
-_CONTRACTED = re.compile(r"\b(I|you|we|You|We)'(d|ll|re|ve|m)\b((?:\s+(?:%s))*)(\s+[A-Za-z'-]+)?"
+                         "worn chosen spoken broken begun got gotten made found told left bought brought thought met "
+                         "kept won spent sent built lost paid heard held understood taught caught sold felt better".split())
+_CONTRACTED = re.compile(r"\b(I|you|we|You|We)'(d|ll|re|ve|m)\b((?:\s+(?:%s)\b)*)(\s+[A-Za-z'-]+)?"
                          % "|".join(_ADVERBS))
 
 
@@ -125,7 +125,6 @@ def resolve_person(text: str, speaker: str, other: str | None) -> str:
     person the other participant's (left as it is where there is no single other participant)."""
     s = display_name(speaker)
     text = expand_contractions(text.replace("\u2019", "'"))
-    text = re.sub(r"\bI'(ll|d)\b", lambda m: f"{s} {'will' if m.group(1) == 'll' else 'would'}", text)
     text = _subject_verb(text, "I", s)
     text = re.sub(r"\b(my|mine)\b", f"{s}'s", text, flags=re.IGNORECASE)
     text = re.sub(r"\b(me|myself)\b", s, text, flags=re.IGNORECASE)
@@ -134,8 +133,6 @@ def resolve_person(text: str, speaker: str, other: str | None) -> str:
     text = re.sub(r"\b(our|Our|ours|Ours)\b", f"{s}'s", text)
     if other:
         o = display_name(other)
-        text = re.sub(r"\byou'(ll|d)\b", lambda m: f"{o} {'will' if m.group(1) == 'll' else 'would'}", text,
-                      flags=re.IGNORECASE)
         text = re.sub(r"\b(your|yours)\b", f"{o}'s", text, flags=re.IGNORECASE)
         text = re.sub(r"\byourself\b", o, text, flags=re.IGNORECASE)
         # "you" after a verb or a preposition is an object: the name alone; at a clause's start, the subject
@@ -475,19 +472,26 @@ def attribute(items: Sequence[Mapping[str, Any]], box: Box, shown: Sequence[Mess
               instructions: str, min_grounding: float, max_chars: int = 0) -> tuple[list[Event], dict[str, int]]:
     """The events kept from the model's `items`, and what was dropped or corrected (reason -> count)."""
     kept: list[Event] = []
-    seen: list[set[str]] = []  # each kept event's content words, its participants' names left out
+    seen: list[list[str]] = []  # each kept event's content words, in order
     counts: Counter = Counter()
     for item in items:
         event, why = cited_event(item, box, shown, participants, instructions, min_grounding, max_chars)
-        words = set(content_words(without_names(event.text, participants))) if event is not None else set()
-        if event is not None and any(words <= earlier for earlier in seen):
-            event, why = None, "repeated"  # says nothing an earlier event of the box did not ("Agreed!" twice)
+        words = content_words(event.text) if event is not None else []
+        if event is not None and words and any(_within(words, earlier) for earlier in seen):
+            event, why = None, "repeated"  # says nothing an earlier event of the box did not, in the same order
         if why:
             counts[why] += 1
         if event is not None:
             seen.append(words)
             kept.append(event)
     return kept, dict(counts)
+
+
+def _within(words: list[str], earlier: list[str]) -> bool:
+    """`words` are `earlier`'s, in the same order, others between them allowed ("Maya ran 10 km" within "Maya ran 10
+    km yesterday, Maya's longest run"; "Maya gave Tom a book" not within "Tom gave Maya a book")."""
+    rest = iter(earlier)
+    return all(w in rest for w in words)
 
 
 def _bare(word: str) -> str:
@@ -521,15 +525,15 @@ def checked_topic(topic: str, box: Box, keywords: Sequence[str], instructions: s
 
 
 def _not_the_box(topic: str, words: set[str]) -> bool:
-    """A topic naming something the box never writes (a capitalised word past the first: "Paris" in a box about a
-    trip to Rome), or none of whose words the box holds. A topic in title case ("Hiking And Outdoor Adventure") is
-    read as words, not names: at least half of its content words must be the box's."""
+    """A topic naming something the box never writes (a capitalised word: "Paris" in a box about a trip to Rome), or
+    none of whose words the box holds. A topic in title case ("Hiking And Outdoor Adventure") cannot tell names from
+    words: at least half of its content words must be the box's (so a name the box never says can pass in one)."""
     tokens = _WORD.findall(topic)
     long = [w for w in tokens if len(w) > 3]
-    if long and all(w[:1].isupper() for w in long):  # title case
+    if len(long) > 1 and all(w[:1].isupper() for w in long):  # title case
         found = [_in(w, words) for w in content_words(topic)]
         return not found or sum(found) < len(found) / 2
-    named = [w for w in tokens[1:] if w[:1].isupper() and not _in(w, words)]
+    named = [w for w in tokens if w[:1].isupper() and not _in(w, words)]
     return bool(named) or bool(topic and not in_box(topic, words))
 
 

@@ -154,13 +154,13 @@ def _telegram_chats(path: Path, chunk: int = CHUNK) -> Iterator:
             return
         for key in r.members():
             if key != "chats":
-                r.value(key)
+                r.skip(key)  # left_chats and the rest: a chat at a time, not kept
                 continue
             for inner in r.members():
                 if inner == "list":
                     yield from r.elements("chat")
                 else:
-                    r.value(inner)
+                    r.skip(inner)
 
 
 def _text_head(path: Path) -> str:
@@ -390,6 +390,8 @@ def _json_of(files: dict, name: str, where: str):
         return json.loads(files[name]().decode("utf-8-sig"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise InputError(f"{where}: not JSON ({exc})") from None
+    except (OSError, zipfile.BadZipFile) as exc:  # a file that cannot be read, a damaged zip member
+        raise InputError(f"{where}: cannot read it ({exc})") from None
 
 
 def _slack_text(text: str, names: dict[str, str]) -> str:

@@ -39,16 +39,34 @@ class Reader:
                 return self.buf[self.pos:self.pos + 1]
 
     def value(self, what: str = "value"):
-        """The next JSON value, read whole; a malformed one is an InputError naming `what` and its line."""
+        """The next JSON value, read whole; a malformed one is an InputError naming `what` and its line, as soon as
+        the error is seen (not where the buffer's end cuts the value: there the next chunk is read first)."""
         self.peek()
         while True:
             try:
-                value, self.pos = self.decoder.raw_decode(self.buf, self.pos)
-                return value
+                value, end = self.decoder.raw_decode(self.buf, self.pos)
+                number = isinstance(value, (int, float)) and not isinstance(value, bool)
+                # a number the buffer's end cuts ("12" of "1234", "89" of "89.5e3") goes on in the next chunk
+                if not (number and (end >= len(self.buf) or self.buf[end] in ".eE+-")) or not self.more():
+                    self.pos = end
+                    return value
             except json.JSONDecodeError as exc:
-                if not self.more():  # the value may only be cut by the buffer's end: read on, else it is malformed
+                cut = exc.pos >= len(self.buf) - 6 or exc.msg.startswith("Unterminated string")
+                if not (cut and self.more()):
                     line = self.line_at(exc.pos)
                     raise InputError(f"{self.path} line {line} ({what}): not JSON ({exc.msg})") from None
+
+    def skip(self, what: str = "value") -> None:
+        """Pass over the next value, an object or list a member or element at a time (memory: the largest of them)."""
+        c = self.peek()
+        if c == "{":
+            for key in self.members():
+                self.skip(key)
+        elif c == "[":
+            for _ in self.elements(what):
+                pass
+        else:
+            self.value(what)
 
     def expect(self, char: str, what: str) -> None:
         if self.peek() != char:

@@ -13,6 +13,7 @@ unit of isolation: a read that names one (conversation_id) sees nothing of the o
 from __future__ import annotations
 
 import json
+import threading
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterable
@@ -64,7 +65,8 @@ def open_memory(path: str | Path, config: Config | str | Path | None = None, *, 
        folder's write lock until close and records the settings or refuses others (check_build_settings); a reader
        given a config of the user's is refused when it does not fit what was built (check_fits).
     What fails is one line (ConfigError, ModelNotFound, BackendError, StoreBusy, StoreError), and closes what it
-    opened. `membox serve`, `membox mcp`, `membox build` and the reading commands open their memories here."""
+    opened. `membox serve`, `membox mcp`, `membox build` (the local engine) and the reading commands (ask, ...) open
+    their memories here; import (into an empty folder), the demo and the evaluations make a Memory directly."""
     cfg = memory_config(path, config)
     if models:
         preflight_models(cfg, llm=backend is None, embedder=embedder is None)
@@ -117,6 +119,7 @@ class Memory(BuildSettings, Filing, Erasure, Verbs, Reading):
         self._made: dict[str, Backend] = {}  # the models this Memory loaded itself, by settings (llm_key): shared
         self._indexes: dict[str, VectorIndex] = {}
         self._retrievers: dict[str, tuple] = {}  # mode -> (store generation, retriever): Reading.retriever
+        self._retrievers_lock = threading.Lock()
         self.components: list[Component] = [component_class(n)(self) for n in self.config.memory.systems]
 
     def system(self, name: str) -> Component:

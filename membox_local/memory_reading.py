@@ -94,12 +94,13 @@ class Reading:
         it anew, or, where messages were only added and filed, bring it up to date: Retriever.refresh), so that a
         question does not read and index the whole scope again: box-hits' box map, BM25 index and window vectors are
         made once and extended as the memory grows."""
-        now = self.store.generation()
-        kept = self._retrievers.get(mode)
-        if kept is None or kept[0][1] != now[1] or (kept[0] != now and not kept[1].refresh()):
-            kept = (now, make_retriever(mode, self))  # new, after an erasure, or not to be brought up to date
-        self._retrievers[mode] = (now, kept[1])
-        return kept[1]
+        with self._retrievers_lock:  # one thread at a time brings them up to date
+            now = self.store.generation()
+            kept = self._retrievers.get(mode)
+            if kept is None or kept[0][1] != now[1] or (kept[0] != now and not kept[1].refresh()):
+                kept = (now, make_retriever(mode, self))  # new, after an erasure, or not to be brought up to date
+            self._retrievers[mode] = (now, kept[1])
+            return kept[1]
 
     def evidence_scorer(self):
         """[retrieve] evidence_model's scorer (box-hits' second stage), or None where the config names none."""

@@ -24,8 +24,8 @@ from .backends.base import BackendError
 from .cli import CONFIG_HELP, one_line
 from .config import ConfigError
 from .ingest import InputError
-from .memory import Memory, open_memory
-from .service import Service
+from .memory import Memory, memory_config, open_memory
+from .service import Service, require_box_memory
 from .store import NotFound, StoreBusy, StoreError
 from .trust import hide_paths
 from .weights import ModelNotFound
@@ -248,14 +248,17 @@ def run_app(app, sock: socket.socket, **options) -> None:
 def open_service(store: str | Path, config: str | None = None, **options) -> Service:
     """The Service of a memory folder (created if missing) for the config named (None: the one it was built with,
     memory.memory_config)."""
-    writer = open_memory(store, config, writer="membox serve", models=True)
-    return Service(writer, _reader(writer), **options)
+    return Service(*_opened(store, config), **options)
 
 
-def _reader(writer: Memory) -> Memory:
-    """The reader Memory beside a writer (open_memory's order); the writer is closed when it cannot open."""
+def _opened(store: str | Path, config: str | None) -> tuple[Memory, Memory]:
+    """The writer and the reader Memory of a served folder (open_memory's order), after the config is known to
+    build the box memory (nothing is written to the folder otherwise)."""
+    cfg = memory_config(store, config)
+    require_box_memory(cfg, store)
+    writer = open_memory(store, cfg, writer="membox serve", models=True)
     try:
-        return open_memory(writer.path, writer.config)
+        return writer, open_memory(writer.path, writer.config)
     except BaseException:
         writer.close()
         raise
@@ -270,8 +273,8 @@ def cmd_serve(args) -> int:
     check_bind(args.host, key)
     sock = listen(args.host, args.port)
     log_to_stderr()
-    writer = open_memory(args.store, args.config, writer="membox serve", models=True)
-    app = create_app(writer, _reader(writer), api_key=key, local=is_loopback(args.host))
+    writer, reader = _opened(args.store, args.config)
+    app = create_app(writer, reader, api_key=key, local=is_loopback(args.host))
     print(f"membox: serving {args.store} (config {writer.config.name}) on http://{args.host}:{args.port} "
           f"(API docs at /docs){'; API key required' if key else ''}", file=sys.stderr)
     run_app(app, sock)

@@ -57,6 +57,14 @@ def as_json(record: Any) -> Any:
 
 
 # ---- the served memory -----------------------------------------------------------------------------------------------
+def require_box_memory(config, path) -> None:
+    """A server serves the box memory (search, get and the filing progress are its): a config without it is refused,
+    before anything is written to the folder."""
+    if "membox" not in config.memory.systems:
+        raise ConfigError(f"{path}: a server serves the box memory; the config {config.name!r} builds "
+                          f"{config.memory.systems} (add 'membox' to [memory] systems)")
+
+
 class Service:
     """A memory being served: the writer Memory (the folder's write lock held until close), the reader Memory, the
     intake store, and the filer thread. It owns both Memories and closes them. The REST app (create_app) and the MCP
@@ -69,9 +77,7 @@ class Service:
                  retry_s: float = RETRY_S, poll_s: float = POLL_S):
         self.writer, self.reader = writer, reader
         try:
-            if "membox" not in writer.config.memory.systems:  # search, get and the filing progress are its
-                raise ConfigError(f"{writer.path}: a server serves the box memory; the config {writer.config.name!r} "
-                                  f"builds {writer.config.memory.systems} (add 'membox' to [memory] systems)")
+            require_box_memory(writer.config, writer.path)
             writer.hold_write_lock("membox serve")
             writer.check_build_settings()
             writer.check_models()

@@ -260,11 +260,26 @@ def test_a_memory_keeps_its_retriever_until_a_message_or_box_changes(memory, fil
     assert memory.retriever("box-hits") is not kept  # an erasure: made anew
 
 
+def test_a_reader_memory_builds_anew_after_another_memory_erases(memory, filed):
+    """The store's counts tell a second Memory of the folder (a server's reader) that the writer forgot or rewrote
+    a message: its kept retriever is made anew, and the words are found no more."""
+    from membox_local.memory import Memory
+    from membox_local.testing import FakeEmbedder
+
+    with Memory(memory.path, memory.config, embedder=FakeEmbedder()) as reader:
+        assert "Pixel" in reader.context("the kitten named Pixel", CONV, mode="box-hits").text
+        kept = reader.retriever("box-hits")
+        memory.update(CONV, "D2:5", "The kitten naps on the sofa")
+        assert reader.retriever("box-hits") is not kept
+        kept = reader.retriever("box-hits")
+        memory.forget(CONV, ["D2:3", "D2:4", "D2:5"])
+        assert reader.retriever("box-hits") is not kept
+        assert "Pixel" not in reader.context("the kitten named Pixel", CONV, mode="box-hits").text
+
+
 def test_a_box_map_brought_up_to_date_is_the_one_built_anew(memory):
     """boxhits.extended: after more messages are stored, filed into boxes, sealed, or left pending, the kept map
     extended in place equals the map a new retriever builds, array by array, and so does the context."""
-    from membox_local.retrieval.boxhits import extended
-
     msgs = _messages()
     store = memory.store
     store.add_messages(msgs[:5])
@@ -286,7 +301,8 @@ def test_a_box_map_brought_up_to_date_is_the_one_built_anew(memory):
     third = store.open_box(rest[2])
     for m in rest[2:5]:
         store.file_message(m, third, "continue", None)
-    new, fresh = extended(memory, bm), make_retriever("box-hits", memory).box_map(CONV)
+    assert r.refresh() and r.box_map(CONV) is not bm  # brought up to date in place: extended, then BM25 grown
+    new, fresh = r.box_map(CONV), make_retriever("box-hits", memory).box_map(CONV)
     assert [m.message_id for m in new.messages] == [m.message_id for m in fresh.messages]
     assert [b.id for b in new.boxes] == [b.id for b in fresh.boxes] and new.box_of.tolist() == fresh.box_of.tolist()
     assert [x.tolist() for x in new.members] == [x.tolist() for x in fresh.members]
@@ -295,7 +311,6 @@ def test_a_box_map_brought_up_to_date_is_the_one_built_anew(memory):
     assert new.message_tokens().tolist() == fresh.message_tokens().tolist()
     q = "did Ann adopt a kitten named Pixel"
     assert np.allclose(new.lexical_index().scores(q), fresh.lexical_index().scores(q))
-    r._maps[CONV] = new
     assert r.retrieve(q, CONV, 5, 60).text == make_retriever("box-hits", memory).retrieve(q, CONV, 5, 60).text
 
 

@@ -228,6 +228,9 @@ def test_a_conversations_json_is_read_one_conversation_at_a_time_and_a_bad_one_n
     path = write(tmp_path, "conversations.json", json.dumps(many, indent=1, ensure_ascii=False))
     for chunk in (5, 64, 1 << 20):
         assert list(_conversations(path, "ChatGPT", chunk)) == many
+    numbers = write(tmp_path, "n.json", "[1234567, 89.5e3, true, null, \"x\"]")  # values the buffer's end may cut
+    assert [list(_conversations(numbers, "ChatGPT", chunk)) for chunk in (2, 3, 4)] == [[1234567, 89.5e3, True, None,
+                                                                                         "x"]] * 3
     bad = json.dumps(CHATGPT, indent=1)[:-2] + ",\n {\"title\": oops}\n]"
     with pytest.raises(InputError, match=r"line \d+ \(conversation 1\): not JSON"):
         list(_conversations(write(tmp_path, "bad.json", bad), "ChatGPT", 16))

@@ -543,3 +543,19 @@ def test_mcp_over_stdio_on_the_real_cpu_stack(tmp_path):
             assert not error and isinstance(got["answer"], str) and got["boxes"]
 
     anyio.run(session)
+
+
+def test_a_config_without_the_box_memory_is_refused_before_the_folder_is_written(tmp_path):
+    """`membox serve` serves the box memory: a config that builds only the event graph is refused in one line, and
+    the folder is left without build settings (a later build with another config is not refused)."""
+    import dataclasses
+
+    from membox_local.config import ConfigError, load_config
+    from membox_local.server import open_service
+    from membox_local.store import built_systems
+
+    cfg = load_config("cpu-ce")
+    graph_only = dataclasses.replace(cfg, memory=dataclasses.replace(cfg.memory, systems=["eventweave"]))
+    with pytest.raises(ConfigError, match="a server serves the box memory"):
+        open_service(tmp_path / "mem", graph_only)
+    assert not (tmp_path / "mem" / "memory.db").exists() or built_systems(tmp_path / "mem" / "memory.db") == []

@@ -139,8 +139,9 @@ def box_map(memory: "MemoryView", messages: list[Message], vectors: np.ndarray, 
 def extended(memory: "MemoryView", bm: BoxMap, chunk_words: int = CHUNK_WORDS) -> BoxMap | None:
     """`bm` brought up to date with the store after messages were only added and filed: the boxes before the first
     one still open (or the first message not yet filed) cannot have changed and are kept with their messages,
-    vectors, windows and BM25 terms; what follows is read again and the BM25 index extended with the new messages.
-    The result is what `box_map` would build now. None where the map is not one conversation's, or the store
+    vectors, windows and BM25 terms; what follows is read again. The result holds what `box_map` would build now
+    (the kept boxes' records as they were when read: box-hits shows none of them), with the kept BM25 index, which
+    the caller extends with the messages past its size. None where the map is not one conversation's, or the store
     does not continue it (a message of it gone or changed): the caller builds it anew."""
     if bm.scope is None or not bm.messages:
         return None
@@ -168,6 +169,8 @@ def extended(memory: "MemoryView", bm: BoxMap, chunk_words: int = CHUNK_WORDS) -
         return None  # a box of the tail holds a message the tail does not
     box_of = np.array([position[(m.conversation_id, m.message_id)] for m in messages], dtype=np.int64)
     members = np.split(np.argsort(box_of, kind="stable"), np.cumsum(np.bincount(box_of, minlength=len(boxes)))[:-1])
+    if any(len(idx) and idx[0] < cut for idx in members[stable:]):
+        return None  # a box of the tail holds one of the kept messages
     new = messages[old:]
     vectors = np.concatenate([bm.vectors[:old], memory.embedder.encode([chunk_text([m]) for m in new])]) \
         if new else bm.vectors[:old]
@@ -178,9 +181,7 @@ def extended(memory: "MemoryView", bm: BoxMap, chunk_words: int = CHUNK_WORDS) -
                  centroids=np.concatenate([bm.centroids[:stable], centroids]), scope=bm.scope)
     if bm.tokens is not None:
         out.tokens = np.concatenate([bm.tokens[:old], [count_tokens(m.render()) for m in new]])
-    if bm.lexical is not None:
-        bm.lexical.extend([m.render() for m in new])
-        out.lexical = bm.lexical
+    out.lexical = bm.lexical  # grown by the caller with the messages past its size (BoxHitsRetriever.refresh)
     return out
 
 
@@ -240,6 +241,9 @@ class BoxHitsRetriever(Retriever):
         maps = {scope: extended(self.memory, bm, self.chunk_words) for scope, bm in self._maps.items()}
         if any(bm is None for bm in maps.values()):
             return False
+        for scope, bm in maps.items():  # the kept BM25 indexes grow only once every map is made (none can fail now)
+            if bm.lexical is not None:
+                bm.lexical.extend([m.render() for m in bm.messages[bm.lexical.size:]])
         self._maps = maps
         self.turns = TurnRagRetriever(self.memory)  # what it read is in the maps now
         return True
