@@ -28,7 +28,7 @@ class VectorIndex:
         self.conv: list[str] = []  # label -> conversation id
         self._label_of: dict[int, int] = {}
         self._count: Counter = Counter()  # conversation -> its items, so that a search of one needs no count
-        self._labels: dict[str, np.ndarray] = {}  # conversation -> its labels, made when a search asks for them
+        self._labels: dict[str, tuple] = {}  # conversation -> its labels and vectors, made when a search asks
         self._index = None
         self._load()
 
@@ -132,13 +132,14 @@ class VectorIndex:
         """The k items of one conversation among others nearest the vector, by exact cosine over its own items
         (hnswlib's filter would call Python for every node it visits)."""
         if conversation_id not in self._labels:
-            self._labels[conversation_id] = np.array([n for n, c in enumerate(self.conv) if c == conversation_id],
-                                                     dtype=np.int64)
-        labels = self._labels[conversation_id]
+            labels = np.array([n for n, c in enumerate(self.conv) if c == conversation_id], dtype=np.int64)
+            vectors = self._index.get_items(labels, return_type="numpy") if len(labels) else None
+            self._labels[conversation_id] = (labels, vectors)
+        labels, vectors = self._labels[conversation_id]
         if not len(labels) or k <= 0:
             return []
         q = np.asarray(vector, dtype=np.float32)
-        sims = self._index.get_items(labels, return_type="numpy") @ (q / (np.linalg.norm(q) or 1.0))
+        sims = vectors @ (q / (np.linalg.norm(q) or 1.0))
         top = np.argsort(-sims, kind="stable")[:k]
         return sorted(((self.ids[int(labels[t])], float(sims[t])) for t in top), key=lambda h: (-h[1], h[0]))
 

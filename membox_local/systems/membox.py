@@ -42,6 +42,7 @@ class BoxMemory(Component):
     def __init__(self, memory):
         super().__init__(memory)
         self.looms: dict[str, Loom] = {}
+        self._synced: tuple = ()  # (the box index, the store's generation) when sync last found it up to date
         self.weaver = None
         self.after_extract = None  # the Trace Weaver's step, run on each box right after its extraction
         if self.config.weaver.enabled:
@@ -102,10 +103,14 @@ class BoxMemory(Component):
     def sync(self) -> VectorIndex:
         """Bring the box index up to date with the store: every extracted box, indexed once.
 
-        Runs before every search, so it reads only box ids and loads just the boxes the index lacks. The time it
-        takes to index boxes counts as the build's `index` stage of their conversations (profile.py).
+        Runs before every search, so it reads only box ids and loads just the boxes the index lacks, and nothing
+        when the store's rows are unchanged since it last ran (Store.generation). The time it takes to index boxes
+        counts as the build's `index` stage of their conversations (profile.py).
         """
         idx = self.memory.index("boxes")
+        now = self.store.generation()
+        if self._synced == (idx, now):  # nothing written since it was last brought up to date: no box to read
+            return idx
         boxes = [self.store.box(i) for i in self.store.box_ids(status="extracted") if i not in idx]
         if boxes:
             convs = [b.conversation_id for b in boxes]
@@ -113,6 +118,7 @@ class BoxMemory(Component):
                 vecs = self.memory.embedder.encode([box_index_text(b) for b in boxes])
                 idx.add([b.id for b in boxes], convs, vecs)
                 idx.save()
+        self._synced = (idx, now)
         return idx
 
     def search(self, question: str, k: int, conversation_id: str | None,
