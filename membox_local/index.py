@@ -17,9 +17,6 @@ import numpy as np
 from .private import private_file, tighten, write_private
 
 
-EXACT_UP_TO = 20_000  # a conversation among others with at most this many items is searched exactly
-
-
 class VectorIndex:
     def __init__(self, path: Path, dim: int, space: str = "cosine", ef: int = 200, m: int = 32):
         self.path, self.dim, self.space, self.ef, self.m = Path(path), dim, space, ef, m
@@ -28,7 +25,6 @@ class VectorIndex:
         self.conv: list[str] = []  # label -> conversation id
         self._label_of: dict[int, int] = {}
         self._count: Counter = Counter()  # conversation -> its items, so that a search of one needs no count
-        self._labels: dict[str, tuple] = {}  # conversation -> its labels and vectors, made when a search asks
         self._index = None
         self._load()
 
@@ -97,7 +93,6 @@ class VectorIndex:
                 self.ids.append(ids[n])
                 self.conv.append(conversations[n])
                 self._count[conversations[n]] += 1
-            self._labels.clear()
 
     def search(self, vector: np.ndarray, k: int, conversation_id: str | None = None,
                only: Collection[int] | None = None) -> list[tuple[int, float]]:
@@ -109,8 +104,6 @@ class VectorIndex:
             if only is None and (conversation_id is None or self._count[conversation_id] == len(self.ids)):
                 allowed = len(self.ids)  # every item may be found: no filter (a Python call per node visited)
                 filt = None
-            elif only is None and self._count[conversation_id] <= EXACT_UP_TO:
-                return self._exact(vector, k, conversation_id)
             elif only is None:
                 conv = self.conv
                 filt = lambda label: conv[label] == conversation_id  # noqa: E731
@@ -127,21 +120,6 @@ class VectorIndex:
             labels, dists = self._index.knn_query(np.asarray(vector, dtype=np.float32), k=k, filter=filt)
             hits = [(self.ids[int(lab)], 1.0 - float(d)) for lab, d in zip(labels[0], dists[0])]
             return sorted(hits, key=lambda h: (-h[1], h[0]))  # equal similarities: the older item first
-
-    def _exact(self, vector: np.ndarray, k: int, conversation_id: str) -> list[tuple[int, float]]:
-        """The k items of one conversation among others nearest the vector, by exact cosine over its own items
-        (hnswlib's filter would call Python for every node it visits)."""
-        if conversation_id not in self._labels:
-            labels = np.array([n for n, c in enumerate(self.conv) if c == conversation_id], dtype=np.int64)
-            vectors = self._index.get_items(labels, return_type="numpy") if len(labels) else None
-            self._labels[conversation_id] = (labels, vectors)
-        labels, vectors = self._labels[conversation_id]
-        if not len(labels) or k <= 0:
-            return []
-        q = np.asarray(vector, dtype=np.float32)
-        sims = vectors @ (q / (np.linalg.norm(q) or 1.0))
-        top = np.argsort(-sims, kind="stable")[:k]
-        return sorted(((self.ids[int(labels[t])], float(sims[t])) for t in top), key=lambda h: (-h[1], h[0]))
 
     def save(self) -> None:
         with self._lock:

@@ -360,25 +360,3 @@ def test_every_shipped_config_loads(path):
     assert cfg.llm.backend in ("llamacpp", "openai", "vllm", "transformers")
     assert cfg.name == path.stem
 
-
-def test_a_search_of_one_conversation_among_others_is_exact(tmp_path):
-    """index.VectorIndex: with other conversations beside it, a conversation's items are searched by exact cosine
-    (the same nearest items as hnswlib's filtered search, without a Python call per node), the scores cosines."""
-    import numpy as np
-
-    from membox_local.index import VectorIndex
-
-    rng = np.random.default_rng(0)
-    vecs = rng.normal(size=(300, 16)).astype(np.float32)
-    convs = [f"c{n % 3}" for n in range(300)]
-    idx = VectorIndex(tmp_path / "boxes.hnsw", 16)
-    idx.add(list(range(1000, 1300)), convs, vecs)
-    q = rng.normal(size=16).astype(np.float32)
-    got = idx.search(q, 5, "c1")
-    unit = vecs / np.linalg.norm(vecs, axis=1, keepdims=True)
-    sims = unit @ (q / np.linalg.norm(q))
-    want = sorted((n for n in range(300) if convs[n] == "c1"), key=lambda n: -sims[n])[:5]
-    assert [i for i, _ in got] == [1000 + n for n in want]
-    assert np.allclose([s for _, s in got], sims[want], atol=1e-5)
-    idx.add([2000], ["c1"], q[None, :])  # a new item of the conversation is found at once
-    assert idx.search(q, 1, "c1")[0][0] == 2000 and idx.search(q, 3, "c9") == []
