@@ -10,7 +10,6 @@ downloaded. Loading merges W + (alpha / r) * B @ A into the base's linear layers
 from __future__ import annotations
 
 import json
-import os
 from collections import OrderedDict
 from pathlib import Path
 from typing import Sequence
@@ -25,6 +24,7 @@ MAX_LENGTH = 128  # tokens of one (context, new line) pair; the context is cut f
 CONTEXT_WORDS = 48  # each context line keeps its last words, the new line its first NEW_WORDS
 NEW_WORDS = 64
 MAX_NEW_TOKENS = MAX_LENGTH - 3 - 16  # the new line's word pieces at most: the context keeps 16, [CLS] and 2 [SEP]
+MAX_QUESTION_TOKENS = 64  # the evidence reading's question cut to its first 64 word pieces, so the line keeps room
 
 
 def pair_text(context: Sequence[Message], new: Message) -> tuple[str, str]:
@@ -47,22 +47,18 @@ class PairModel:
     def __init__(self, base: str, rank: int = 8, alpha: float = 16.0, trainable: bool = False,
                  reading: str = "continuity"):
         import torch
-        from transformers import AutoModel, AutoTokenizer
 
+        from . import minilm
         from .weights import resolve_model
 
-        os.environ.setdefault("HF_HUB_OFFLINE", "1")
-        os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-        folder = str(resolve_model(base))
         if reading not in READINGS:
             raise ConfigError(f"cross-encoder reading '{reading}': expected one of {', '.join(READINGS)}")
         self.base, self.rank, self.alpha, self.reading = base, rank, alpha, reading
-        self.tokenizer = AutoTokenizer.from_pretrained(folder)
+        # the base read in plain torch (minilm.py: transformers' BertModel's outputs, without its import)
+        self.encoder, self.tokenizer = minilm.load(resolve_model(base))
         # a long pair loses the context's oldest words first (continuity), or the line's last words (evidence)
         self.tokenizer.truncation_side = "left" if reading == "continuity" else "right"
-        self.encoder = AutoModel.from_pretrained(folder)
-        self.encoder.eval()
-        self.head = torch.nn.Linear(self.encoder.config.hidden_size, 1)
+        self.head = torch.nn.Linear(self.encoder.hidden_size, 1)
         self.adapters: dict[str, tuple] = {}
         if trainable:
             self._add_adapters()
@@ -97,21 +93,23 @@ class PairModel:
         import torch
 
         if self.reading == "evidence":
-            enc = self.tokenizer([q for q, _ in pairs], [line for _, line in pairs], truncation="only_second",
-                                 max_length=MAX_LENGTH, padding=True, return_tensors="pt")
+            questions = {q: self.cut(q, MAX_QUESTION_TOKENS) for q in dict.fromkeys(q for q, _ in pairs)}
+            enc = self.tokenizer([questions[q] for q, _ in pairs], [line for _, line in pairs],
+                                 truncation="only_second", max_length=MAX_LENGTH)
         else:
-            enc = self.tokenizer([c for c, _ in pairs], [self.fitting(n) for _, n in pairs],
-                                 truncation="only_first", max_length=MAX_LENGTH, padding=True, return_tensors="pt")
-        out = self.encoder(**enc).last_hidden_state
+            enc = self.tokenizer([c for c, _ in pairs], [self.cut(n, MAX_NEW_TOKENS) for _, n in pairs],
+                                 truncation="only_first", max_length=MAX_LENGTH)
+        out = self.encoder(**enc)
         mask = enc["attention_mask"].unsqueeze(-1).to(out.dtype)
         pooled = (out * mask).sum(1) / mask.sum(1).clamp(min=1.0)
         return self.head(pooled).squeeze(-1)
 
-    def fitting(self, new: str) -> str:
-        """The new line cut to MAX_NEW_TOKENS word pieces when longer (64 words of code or URLs can be), so that the
-        context keeps some room: only the context is truncated, and a line longer than the whole pair cannot be."""
-        ids = self.tokenizer(new, add_special_tokens=False)["input_ids"]
-        return new if len(ids) <= MAX_NEW_TOKENS else self.tokenizer.decode(ids[:MAX_NEW_TOKENS])
+    def cut(self, text: str, most: int) -> str:
+        """The text cut to its first `most` word pieces when longer (64 words of code or URLs can be), so that the
+        other side of the pair keeps some room: only that side is truncated, and a text longer than the whole pair
+        cannot be (a question of 300 words made the evidence reading fail before)."""
+        ids = self.tokenizer.ids(text)
+        return text if len(ids) <= most else self.tokenizer.decode(ids[:most])
 
     def save(self, path: Path, meta: dict) -> None:
         from safetensors.torch import save_file

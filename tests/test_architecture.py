@@ -23,7 +23,7 @@ LAYERS: list[tuple[str, set[str]]] = [
                                 "backends.llamacpp", "backends.llamacpp_grammar", "backends.openai", "backends.vllm",
                                 "backends.transformers",
                                 "backends.router",
-                                "embed", "native", "testing", "continuity",
+                                "embed", "native", "testing", "continuity", "minilm",
                                 "trust"}),  # what a config read from data may decide (config, the manifest)
     ("execution", {"execution", "execution.driver", "execution.progress", "execution.batch", "execution.merge",
                    "profile"}),  # the build profile: the driver's timing, the machine's ceiling

@@ -240,6 +240,19 @@ def test_a_new_line_longer_than_the_pair_is_scored():
     assert score == score and abs(score) < 1e6  # a finite number
 
 
+
+@pytest.mark.integration
+def test_the_evidence_reading_scores_a_question_longer_than_the_pair():
+    """An agent may pass a paragraph as its question: the evidence reading cuts the question, not the line, and
+    scores it (a 300-word question failed the second stage with the same tokenizer error)."""
+    from membox_local.config import CONFIG_DIR
+
+    model = continuity.PairModel.load(CONFIG_DIR / "content" / "evidence-locomo-all-minilm-l6-v2.safetensors")
+    question = "What did Caroline say about the support group she went to last week? " * 25
+    logits = model.logits([(question, "Caroline: I went to a support group yesterday."), (question, "ok")]).tolist()
+    assert all(abs(v) < 1e6 for v in logits) and logits[0] > logits[1]
+
+
 @pytest.mark.integration
 def test_cpu_ce_cuts_full_boxes_at_their_weakest_point_with_the_real_models(tmp_path):
     """configs/cpu-ce.toml's judge (MiniLM and the committed cross-encoder, no LLM) with a cap small enough to fill
