@@ -28,6 +28,7 @@ from typing import Any, Mapping, Sequence
 from .dates import relative_phrases
 from .grounding import CHAT_WORDS, content_words, grounding, stem
 from .records import Box, Event, Message
+from .worth import line_sentences
 
 # Chat histories with an assistant name their speakers by role; an event names them "the user", "the assistant".
 ROLE_NAMES = {"user": "the user", "assistant": "the assistant", "system": "the system"}
@@ -413,16 +414,19 @@ def cited_event(item: Mapping[str, Any], box: Box, shown: Sequence[Message], par
 
 
 def model_items(data: Mapping[str, Any], shown: Sequence[Message], events: str = "written",
-                max_chars: int = 0) -> list[dict[str, Any]]:
+                max_chars: int = 0, kept: Sequence[Sequence[bool]] | None = None) -> list[dict[str, Any]]:
     """The events `attribute` reads ({"line": n, "event": text}): as the model wrote them ([extract] events =
     "written"), or ("lines") every line of the box in its own words, cut to `max_chars` as the schema cuts a written
     event (a longer line in pieces of whole sentences, `line_pieces`), each marked `whole_line`: `cited_event` keeps
     the line's sentences that tell something, persons and dates resolved (no model's subject to correct), and
-    leaves out a line that only asks or tells nothing."""
+    leaves out a line that only asks or tells nothing. `kept`: per shown line, which of its sentences
+    (worth.line_sentences) are worth keeping ([extract] keep_model); the others make no event."""
     if events == "written":
         return list(data.get("events", []))
+    texts = [m.text if kept is None else " ".join(s for s, k in zip(line_sentences(m.text), kept[i]) if k)
+             for i, m in enumerate(shown)]
     return [{"line": n, "event": piece, "whole_line": True}
-            for n, m in enumerate(shown, 1) for piece in line_pieces(m.text, max_chars)]
+            for n, text in enumerate(texts, 1) if text for piece in line_pieces(text, max_chars)]
 
 
 LINE_PIECES = 3  # events one line gives at most under [extract] events = "lines": no LoCoMo dev line needs more at
@@ -437,7 +441,7 @@ def line_pieces(text: str, max_chars: int) -> list[str]:
     if not max_chars:
         return [text]
     pieces: list[str] = []
-    for sentence in _SENTENCE.split(text):
+    for sentence in line_sentences(text):
         if pieces and len(pieces[-1]) + 1 + len(sentence) <= max_chars:
             pieces[-1] = f"{pieces[-1]} {sentence}"
         else:
@@ -457,14 +461,19 @@ def model_topic(data: Mapping[str, Any], events: str = "written") -> str:
 
 
 def extracted_events(data: Mapping[str, Any], box: Box, shown: Sequence[Message], participants: Sequence[str],
-                     instructions: str, cfg) -> tuple[list[Event], dict[str, int]]:
+                     instructions: str, cfg, kept: Sequence[Sequence[bool]] | None = None
+                     ) -> tuple[list[Event], dict[str, int]]:
     """The events kept from an extraction output `data` under the [extract] settings `cfg` (ExtractConfig), and
     what was dropped: written events, or the lines' own ("lines"), where a line that asks or tells nothing is no
-    event the model wrote and lost (NOT_EVENTS are not counted)."""
-    items = model_items(data, shown, cfg.events, cfg.max_event_chars)
+    event the model wrote and lost (NOT_EVENTS are not counted), and the sentences `kept` marks not worth keeping
+    are counted as such."""
+    items = model_items(data, shown, cfg.events, cfg.max_event_chars, kept if cfg.events == "lines" else None)
     events, dropped = attribute(items, box, shown, participants, instructions, cfg.min_grounding, cfg.max_event_chars)
     if cfg.events == "lines":
         dropped = {k: n for k, n in dropped.items() if k not in NOT_EVENTS}
+        left_out = sum(not k for flags in (kept or ()) for k in flags)
+        if left_out:
+            dropped["not worth keeping"] = left_out
     return events, dropped
 
 

@@ -199,6 +199,9 @@ class ExtractConfig:
     # the numbers of the lines that tell something and code takes those lines' sentences, persons and dates
     # resolved: far fewer tokens generated, and what a small model writes is mostly a copy of its line anyway)
     events: str = _opt("written", choices=("written", "lines"), what="events source")
+    # under events = "lines": a keep model's file (worth.py, `membox fit keeping`); a line's sentences it scores below
+    # its threshold make no event. "": every sentence that tells something does
+    keep_model: str = _opt("", reach="file")
     # `membox build` ends with an error (exit code 1) when more than this share of its sealed boxes failed
     # extraction (the model raised, timed out or wrote unparsable output); not a build setting
     max_failed_share: float = _opt(0.2, lo=0.0, hi=1.0)

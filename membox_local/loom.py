@@ -19,6 +19,7 @@ from .judges import Decision, Judge, make_judge
 from .prompts import extract_prompt, extract_schema, extract_system
 from .records import Box, Message
 from .requests import EmbedRequest, Step
+from .worth import line_sentences, load_keep_model
 from .retrieval.layout import CHUNK_WORDS, chunk_session_messages, chunk_text
 from .store import Store
 
@@ -206,6 +207,14 @@ class Loom:
         if texts:
             yield EmbedRequest(texts)
 
+    def worth_keeping(self, shown: list[Message]) -> Step:
+        """Per shown line, which of its sentences the keep model ([extract] keep_model, worth.py) keeps."""
+        model = load_keep_model(self.cfg.extract.keep_model, self.cfg.embedder.model)
+        split = [line_sentences(m.text) for m in shown]
+        texts = tuple(s for sentences in split for s in sentences)
+        flags = iter(model.kept(texts, (yield EmbedRequest(texts))) if texts else [])
+        return [[next(flags) for _ in sentences] for sentences in split]
+
     def finish_pending(self) -> Step:
         """Extract boxes sealed earlier whose extraction never finished or failed (resume)."""
         for box in self.store.boxes(self.conversation_id, status="sealed") + \
@@ -237,7 +246,8 @@ class Loom:
         data = res.data
         instructions = extract_system(ec)
         participants = self.store.speakers(box.conversation_id, max(m.seq for m in box.messages))
-        events, box.dropped = extracted_events(data, box, seen[-1], participants, instructions, ec)
+        kept = (yield from self.worth_keeping(seen[-1])) if ec.events == "lines" and ec.keep_model else None
+        events, box.dropped = extracted_events(data, box, seen[-1], participants, instructions, ec, kept)
         box.keywords = (checked_keywords(_dedupe(data.get("keywords", [])), box) if ec.keywords == "model"
                         else text_keywords(box.messages, ec.max_keywords, ec.max_keyword_chars))
         box.topic, why = checked_topic(model_topic(data, ec.events), box, box.keywords, instructions, participants,

@@ -27,7 +27,7 @@ LAYERS: list[tuple[str, set[str]]] = [
                                 "trust"}),  # what a config read from data may decide (config, the manifest)
     ("execution", {"execution", "execution.driver", "execution.progress", "execution.batch", "execution.merge",
                    "profile"}),  # the build profile: the driver's timing, the machine's ceiling
-    ("box memory", {"judges", "attribution", "loom", "weaver", "systems.base", "systems.membox_tables", "systems.membox",
+    ("box memory", {"judges", "worth", "attribution", "loom", "weaver", "systems.base", "systems.membox_tables", "systems.membox",
                     # the event graph (EventWeave), a memory system at the same level
                     "systems.eventweave_tables", "systems.eventweave_graph", "systems.eventweave"}),
     ("memory's parts", {"memory_settings", "memory_filing", "memory_erasure", "memory_verbs", "memory_reading"}),

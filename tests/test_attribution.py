@@ -252,3 +252,37 @@ def test_the_records_check_keeps_what_the_loom_keeps_and_counts_each_models_row(
     failed = records_row([b, other], [b, other], {"c/D1:1": {"s": 1.0, "error": "timeout"}}, None, cfg,
                          key=lambda x: f"c/{x.messages[0].message_id}:{x.id}")
     assert failed["boxes"] == 0 and failed["hand_checked"] is False and failed["wrong_person_share"] is None
+
+
+def test_sentences_not_worth_keeping_make_no_event_and_are_counted():
+    """[extract] keep_model: a line's sentences marked not worth keeping are left out of its events; a line left
+    with none makes no event; extracted_events counts the sentences left out."""
+    from membox_local.attribution import extracted_events
+    from membox_local.config import ExtractConfig
+
+    b = box([("Maya", "Thanks! I ran 10 km yesterday."), ("Tom", "Wow. Congrats, Maya!"),
+             ("Maya", "Rosa is teaching me to bake.")])
+    kept = [[False, True], [False, False], [True]]
+    events, dropped = extracted_events({}, b, b.messages, PEOPLE, EXTRACT_SYSTEM,
+                                       ExtractConfig(events="lines"), kept)
+    assert [e.sources for e in events] == [["D1:1"], ["D1:3"]]
+    assert "Thanks" not in events[0].text and "10 km" in events[0].text
+    assert dropped == {"not worth keeping": 3}
+    every, before = extracted_events({}, b, b.messages, PEOPLE, EXTRACT_SYSTEM, ExtractConfig(events="lines"))
+    assert len(every) >= 2 and "not worth keeping" not in before
+
+
+@pytest.mark.integration
+def test_the_shipped_keep_model_keeps_what_happened_and_drops_thanks():
+    """cpu-ce's keep model (membox fit keeping) on MiniLM's vectors: statements of what someone did or plans stay,
+    thanks, reactions and agreement go."""
+    from membox_local.config import load_config
+    from membox_local.embed import SentenceTransformerEmbedder
+    from membox_local.worth import load_keep_model
+
+    cfg = load_config("cpu-ce")
+    model = load_keep_model(cfg.extract.keep_model, cfg.embedder.model)
+    said = ["I adopted a puppy named Pepper last week.", "My sister is moving to Denver in June for a nursing job."]
+    chat = ["Thanks!", "Wow, that's awesome!", "Totally agree with you.", "Good luck with that!"]
+    kept = model.kept(said + chat, SentenceTransformerEmbedder(cfg.embedder).encode(said + chat))
+    assert kept == [True] * len(said) + [False] * len(chat)

@@ -228,3 +228,39 @@ def test_judges_that_want_history_see_the_conversation_before_the_message_even_a
     mem.close()
     judged = dict(seen)
     assert judged["m3"] == ["m0", "m1", "m2"] and judged["m6"] == ["m3", "m4", "m5"]
+
+
+def test_a_keep_model_leaves_sentences_that_tell_little_out_of_the_records(memory, tmp_path):
+    """[extract] events = "lines" with a keep model (worth.py): the Loom scores each line's sentences from their
+    vectors (an EmbedRequest through the driver) and counts; here a model of the counts alone keeps sentences of
+    three content words or more."""
+    import json
+
+    from membox_local.worth import FEATURES
+
+    weights = [0.0] * FakeEmbedder.dim + [0.0] * len(FEATURES)
+    weights[FakeEmbedder.dim + FEATURES.index("log_content_words")] = 10.0
+    path = tmp_path / "keep.json"
+    path.write_text(json.dumps({"embedder": memory.config.embedder.model, "weights": weights, "bias": -10 * 1.2,
+                                "threshold": 0.5}))  # (the config's embedder is what a keep model is checked against)
+    memory.config.extract.events, memory.config.extract.keep_model = "lines", str(path)
+    rows = [("A", "Thanks! I signed up for the Berlin city marathon."), ("B", "Wow. Good luck!")]
+    memory.add(msgs("c", rows), seal=True)
+    box = memory.boxes("c")[0]
+    assert [e.text for e in box.events] == ["A signed up for the Berlin city marathon"]
+    assert box.dropped.get("not worth keeping") == 3
+
+
+def test_a_keep_model_fitted_for_another_embedder_is_refused(tmp_path):
+    import json
+
+    from membox_local.config import ConfigError
+    from membox_local.worth import load_keep_model
+
+    path = tmp_path / "keep.json"
+    path.write_text(json.dumps({"embedder": "all-minilm-l6-v2", "weights": [0.0] * 387, "bias": 0, "threshold": 0.5}))
+    with pytest.raises(ConfigError, match="fitted for the embedder 'all-minilm-l6-v2'"):
+        load_keep_model(str(path), "fake-bow")
+    (tmp_path / "bad.json").write_text("[1, 2]")
+    with pytest.raises(ConfigError, match="not a keep model file"):
+        load_keep_model(str(tmp_path / "bad.json"), "fake-bow")

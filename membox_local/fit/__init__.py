@@ -8,6 +8,7 @@ DialSeg711 and LoCoMo box sizes measured beside them (BENCHMARKS.md, "Topic segm
     membox fit crossencoder  # the continuity cross-encoder over MiniLM (ce_continue; configs/cpu.toml)
     membox fit prob RUN    # llm-logprob's prob_threshold from a scored `membox eval segmentation` run
     membox fit evidence    # box-hits' second stage ([retrieve] evidence_model) on LoCoMo dev's evidence lines
+    membox fit keeping     # which sentences a record keeps ([extract] keep_model), on LoCoMo dev's evidence lines
 
 Every decision goes through the Loom's own online rule (`evaluation.segmentation.run_segmenter`). Data:
 --data-dir (default $MEMBOX_DATA, else ../shared/data). Embedding vectors are kept in
@@ -29,6 +30,7 @@ COMMANDS = {  # subcommand -> (module, help)
     "crossencoder": ("crossencoder", "the continuity cross-encoder over MiniLM (LoRA adapter + head) on TIAGE train"),
     "prob": ("prob", "llm-logprob's prob_threshold from a run scored with prob_threshold=0"),
     "evidence": ("evidence", "box-hits' second stage: the evidence cross-encoder on LoCoMo dev, cross-validated"),
+    "keeping": ("keeping", "which sentences a record keeps ([extract] keep_model), on LoCoMo dev, cross-validated"),
 }
 # `membox fit content`: the LLM's features beside the content logit, by default and to choose from
 CONTENT_LM = ["lm_pmi_conv", "lm_pmi_conv_low"]
@@ -57,10 +59,11 @@ def _common(data: bool = True) -> argparse.ArgumentParser:
     return p
 
 
-def _evidence_options(p) -> None:
-    from .evidence import add_arguments
+def _own_options(p, name: str) -> None:
+    """A subcommand whose module says its own options (add_arguments)."""
+    import importlib
 
-    add_arguments(p)
+    importlib.import_module(f"{__name__}.{name}").add_arguments(p)
 
 
 def add_parser(subparsers) -> None:
@@ -125,21 +128,8 @@ def add_parser(subparsers) -> None:
     s.add_argument("--train-limit", type=count(1), default=100, help="first N TIAGE-train dialogues (switch fit)")
     s.add_argument("--locomo-limit", type=count(0), default=200, help="first N messages of each LoCoMo conversation")
 
-    x = command("crossencoder")
-    x.add_argument("--epochs", type=count(1), default=2, help="passes over the training pairs (default 2)")
-    x.add_argument("--train-limit", type=count(1), help="only the first N TIAGE-train dialogues")
-    x.add_argument("--skip", type=count(0), default=0, help="leave the first N training dialogues out (out of fold)")
-    x.add_argument("--dev-limit", type=count(1), help="only the first N TIAGE-dev dialogues for the reported AUC")
-    x.add_argument("--longmemeval", metavar="FILE",
-                   help="also user-and-assistant sessions of this LongMemEval file (dev only: e.g. "
-                        "../shared/data/longmemeval/longmemeval_s_dev.json.gz), each with its joins; the weights are "
-                        "named ce-tiage-lme-<embedder>")
-    x.add_argument("--lme-sessions", type=count(1), default=300,
-                   help="--longmemeval: how many distinct sessions, drawn by a seeded shuffle (default 300)")
-    x.add_argument("--write", action="store_true",
-                   help="write configs/content/ce-tiage-<embedder>.safetensors (and keep the result, as --save)")
-
-    _evidence_options(command("evidence"))
+    for name in ("crossencoder", "evidence", "keeping"):
+        _own_options(command(name), name)
     pr = command("prob", data=False)
     pr.add_argument("scored", help="output folder of `membox eval segmentation --judge llm-logprob "
                                    "--set loom.prob_threshold=0 --out DIR`")

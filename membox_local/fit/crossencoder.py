@@ -47,6 +47,24 @@ def training_pairs(dials, joins: bool = True) -> list[tuple[tuple[str, str], int
     return out
 
 
+def add_arguments(p) -> None:
+    """`membox fit crossencoder`'s options (fit/__init__.py makes the subcommand)."""
+    from ..argtypes import count
+
+    p.add_argument("--epochs", type=count(1), default=2, help="passes over the training pairs (default 2)")
+    p.add_argument("--train-limit", type=count(1), help="only the first N TIAGE-train dialogues")
+    p.add_argument("--skip", type=count(0), default=0, help="leave the first N training dialogues out (out of fold)")
+    p.add_argument("--dev-limit", type=count(1), help="only the first N TIAGE-dev dialogues for the reported AUC")
+    p.add_argument("--longmemeval", metavar="FILE",
+                   help="also user-and-assistant sessions of this LongMemEval file (dev only: e.g. "
+                        "../shared/data/longmemeval/longmemeval_s_dev.json.gz), each with its joins; the weights are "
+                        "named ce-tiage-lme-<embedder>")
+    p.add_argument("--lme-sessions", type=count(1), default=300,
+                   help="--longmemeval: how many distinct sessions, drawn by a seeded shuffle (default 300)")
+    p.add_argument("--write", action="store_true",
+                   help="write configs/content/ce-tiage-<embedder>.safetensors (and keep the result, as --save)")
+
+
 def train(pairs, base: str, epochs: int, seed: int = 0, batch: int = 16, lr: float = 5e-4, log=None,
           reading: str = "continuity", threads: int = 1):
     """The adapter and head fitted on `pairs`; returns the PairModel (adapters unmerged)."""

@@ -33,7 +33,7 @@ class BoxMemory(Component):
         "extract.max_topic_chars": 80, "extract.max_keywords": 8, "extract.max_keyword_chars": 40,
         "extract.max_events": 6, "extract.max_event_chars": 160, "extract.min_grounding": 0.5,
         "extract.max_tokens": 400, "extract.speaker_grounding": False, "extract.keywords": "model",
-        "extract.events": "written",
+        "extract.events": "written", "extract.keep_model": "",
         "weaver.enabled": True, "weaver.vote_threshold": 0.5, "weaver.max_candidates": 4, "weaver.max_tokens": 200,
         "weaver.shown_trace_events": 8, "weaver.link_voters_only": False, "weaver.link_event_chars": 0,
         "weaver.auto_link": 0.0,
