@@ -184,9 +184,8 @@ class Memory(BuildSettings, Filing, Erasure, Verbs, Reading):
             from .backends import make_backend
             from .backends.router import llm_key
 
-            if not self._made:  # the build model, when this Memory makes it, is one of those made
-                self.backend
-            key = llm_key(llm)
+            key = llm_key(llm)  # shared with the build's models both ways (build_backend reads `_made`); a reader
+            # that only answers no longer loads the build model too (0.5B: ~1 s and ~0.5 GB of a cold `membox ask`)
             if key not in self._made:
                 self._made[key] = make_backend(llm)
             self._answer_backend = self._made[key]

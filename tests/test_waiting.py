@@ -58,3 +58,40 @@ def test_ask_shows_its_steps_on_a_terminal_and_prints_the_same_answer(tmp_path, 
     term.truncate()
     assert main(["ask", str(store), "What is the name of Tom's cat?", "--quiet"]) == 0
     assert "searching" not in term.getvalue()
+
+
+def test_the_answering_model_loads_beside_the_search_and_its_failure_is_raised():
+    """asking.loading_beside: the model is made on another thread while the block runs and is there after it; a
+    model that fails to load raises after the block; the block's own error comes first, the thread joined."""
+    import threading
+    import time
+
+    import pytest
+
+    from membox_local.asking import loading_beside
+
+    class Mem:
+        def __init__(self, fail=False):
+            self.fail, self.threads, self.made = fail, set(), False
+
+        @property
+        def answer_backend(self):
+            self.threads.add(threading.current_thread().name)
+            time.sleep(0.05)
+            if self.fail:
+                raise RuntimeError("no such model file")
+            self.made = True
+            return self
+
+    mem = Mem()
+    with loading_beside(mem):
+        assert not mem.made  # still loading while the search runs
+    assert mem.made and mem.threads == {"membox-load-answering-model"}
+    with pytest.raises(RuntimeError, match="no such model file"):
+        with loading_beside(Mem(fail=True)):
+            pass
+    slow = Mem(fail=True)
+    with pytest.raises(KeyError):  # the search's error, not the loader's; the loader has finished
+        with loading_beside(slow):
+            raise KeyError("conversation")
+    assert slow.threads and not any(t.name == "membox-load-answering-model" for t in threading.enumerate())
