@@ -12,8 +12,9 @@ hand check of who the kept events name.
     # with their sources and what was dropped: what the hand check reads
     python benchmarks/records_check.py show
     # per model: events per box, dropped by reason, seconds per box, and from the hand labels
-    # (benchmarks/results/records-labels.json: model -> box key -> numbers of kept events that name the wrong
-    # person) the wrong-person share; --save writes benchmarks/results/records-check.json
+    # (benchmarks/results/records-labels.json: row -> box key -> numbers of kept events that name the wrong
+    # person, or {"wrong": [...], "chat": [...], "repeated": [...]} with the numbers of the events that are
+    # pleasantries and repeats too) their shares; --save writes benchmarks/results/records-check.json
     python benchmarks/records_check.py report --save
 
 Raw outputs go to runs/records/<model>.jsonl (resumable): the attribution is applied when shown or reported, so a
@@ -27,10 +28,11 @@ import json
 from pathlib import Path
 
 from membox_local.config import load_config
-from membox_local.evaluation.records import (box_key as key, extract_raw, filed_boxes, kept, records_row,
-                                             records_table, sample_boxes)
+from membox_local.evaluation.records import (box_key as key, extract_raw, filed_boxes, keep_flags, kept,
+                                             records_row, records_table, sample_boxes)
 from membox_local.ingest import load_jsonl
 from membox_local.prompts import numbered_lines
+from membox_local.worth import line_sentences
 
 REPO = Path(__file__).resolve().parent.parent
 OUT = Path("runs/records")
@@ -39,6 +41,11 @@ SAVED = REPO / "benchmarks" / "results" / "records-check.json"
 DEMO = REPO / "membox_local" / "data" / "demo.jsonl"
 DEMO_BUILD = Path("runs/records-demo")
 LINES = "+lines"  # the raw outputs of `run --events lines` (a topic: code makes the events from the lines)
+KEEP = "+keep"  # their row with the config's [extract] keep_model (the labels of the row without it are older)
+
+
+def without_keep(cfg):
+    return dataclasses.replace(cfg, extract=dataclasses.replace(cfg.extract, keep_model=""))
 
 
 def all_boxes(a) -> list:
@@ -90,6 +97,11 @@ def show(a) -> None:
             print(f"  [{model}] topic: {topic}   dropped: {dropped or '-'}")
             for i, e in enumerate(events, 1):
                 print(f"  [{model} {i}] {e.text}  {e.sources}")
+            if model.endswith(LINES) and cfg.extract.keep_model:  # the sentences the keep model left out
+                for m, flags in zip(box.messages, keep_flags(box, cfg)):
+                    gone = [x for x, k in zip(line_sentences(m.text), flags) if not k]
+                    if gone:
+                        print(f"  [{model} left out] {m.message_id}: {' | '.join(gone)}")
 
 
 def report(a) -> dict:
@@ -99,9 +111,13 @@ def report(a) -> dict:
     rows = {}
     for model in models_run():
         recs = records(model)
-        for part, chosen in (("locomo", [b for b in boxes if b.conversation_id.startswith("conv-")]),
-                             ("demo", [b for b in boxes if not b.conversation_id.startswith("conv-")])):
-            rows[f"{model} / {part}"] = records_row(chosen, boxes, recs, labels.get(model), cfg, key)
+        ways = [(model, cfg)]
+        if model.endswith(LINES) and cfg.extract.keep_model:  # the lines' events with the keep model, and without
+            ways = [(model + KEEP, cfg), (model, without_keep(cfg))]
+        for name, c in ways:
+            for part, chosen in (("locomo", [b for b in boxes if b.conversation_id.startswith("conv-")]),
+                                 ("demo", [b for b in boxes if not b.conversation_id.startswith("conv-")])):
+                rows[f"{name} / {part}"] = records_row(chosen, boxes, recs, labels.get(name), c, key)
     print("\n".join(records_table(rows)))
     if a.save:
         SAVED.write_text(json.dumps({"command": "python benchmarks/records_check.py report --save",

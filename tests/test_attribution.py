@@ -239,7 +239,7 @@ def test_the_records_check_keeps_what_the_loom_keeps_and_counts_each_models_row(
     from membox_local.config import load_config
     from membox_local.evaluation.records import kept, records_row
 
-    cfg, b = load_config("cpu-ce"), box()
+    cfg, b = load_config("cpu-ce", {"extract.keep_model": ""}), box()  # the keep model: its own tests
     written = {"topic": "bakery job", "events": [{"line": 2, "event": "I'm there at 5 am making sourdough"}]}
     topic, events, _ = kept(b, written, [b], cfg)
     assert topic and [e.sources for e in events] == [["D1:2"]] and "Tom is there at 5 am" in events[0].text
@@ -249,6 +249,10 @@ def test_the_records_check_keeps_what_the_loom_keeps_and_counts_each_models_row(
     recs = {"c/D1:1": {"s": 2.0, "data": written}}  # the two boxes share their first message: one key
     row = records_row([b], [b], recs, {"c/D1:1": [1]}, cfg, key=lambda x: f"c/{x.messages[0].message_id}")
     assert (row["boxes"], row["events"], row["wrong_person"], row["wrong_person_share"]) == (1, 1, 1, 1.0)
+    assert row["chat_share"] is None and 0 < row["record_share"] < 1
+    told = records_row([b], [b], recs, {"c/D1:1": {"wrong": [], "chat": [1], "repeated": []}}, cfg,
+                       key=lambda x: f"c/{x.messages[0].message_id}")
+    assert (told["wrong_person"], told["chat_share"], told["repeated_share"]) == (0, 1.0, 0.0)
     failed = records_row([b, other], [b, other], {"c/D1:1": {"s": 1.0, "error": "timeout"}}, None, cfg,
                          key=lambda x: f"c/{x.messages[0].message_id}:{x.id}")
     assert failed["boxes"] == 0 and failed["hand_checked"] is False and failed["wrong_person_share"] is None

@@ -1,6 +1,6 @@
 """The records a build model writes, checked against their boxes (benchmarks/records_check.py composes it): what
 code keeps, drops and corrects from a saved raw extraction output, how much of each kept event its cited line alone
-holds, and the hand labels of who the kept events name."""
+holds, and the hand labels of who the kept events name (and, where labelled, which are pleasantries or repeats)."""
 from __future__ import annotations
 
 import dataclasses
@@ -87,14 +87,17 @@ def extract_raw(boxes: list[Box], cfg, backend, path: Path) -> None:
 
 def records_table(rows: dict[str, dict]) -> list[str]:
     """records_row's rows (name -> row) as a Markdown table."""
-    out = ["| model / boxes | boxes | events/box | wrong person (hand) | name no participant | grounded in cited line "
-           "| dropped (by code) | s/box |", "|---|---|---|---|---|---|---|---|"]
+    out = ["| model / boxes | boxes | events/box | words of the dialogue's | wrong person (hand) | pleasantries / "
+           "repeats (hand) | name no participant | grounded in cited line | dropped (by code) | s/box |",
+           "|---|---|---|---|---|---|---|---|---|---|"]
     for name, r in rows.items():
         hand = f"{r['wrong_person']} ({100 * r['wrong_person_share']:.1f}%)" if r["hand_checked"] else "not checked"
         drops = ", ".join(f"{n} {k}" for k, n in sorted(r["dropped"].items())) or "none"
         none = f"{r['names_no_participant']} ({100 * r['names_no_participant'] / max(1, r['events']):.0f}%)"
-        out.append(f"| {name} | {r['boxes']} | {r['events_per_box']} | {hand} | {none} | "
-                   f"{100 * r['grounded_in_cited_line']:.0f}% | {drops} | {r['s_per_box']} |")
+        told = (f"{100 * r['chat_share']:.1f}% / {100 * r['repeated_share']:.1f}%"
+                if r.get("chat_share") is not None else "not checked")
+        out.append(f"| {name} | {r['boxes']} | {r['events_per_box']} | {r.get('record_share', '')} | {hand} | {told} "
+                   f"| {none} | {100 * r['grounded_in_cited_line']:.0f}% | {drops} | {r['s_per_box']} |")
     return out
 
 
@@ -104,12 +107,32 @@ def participants(box: Box, boxes: list[Box]) -> list[str]:
                               for m in b.messages))
 
 
+def keep_flags(box: Box, cfg) -> list[list[bool]] | None:
+    """Per line of the box, which sentences [extract] keep_model keeps (as Loom.worth_keeping); None without one."""
+    if not cfg.extract.keep_model:
+        return None
+    from ..embed import make_embedder
+    from ..worth import line_sentences, load_keep_model
+
+    model = load_keep_model(cfg.extract.keep_model, cfg.embedder.model)
+    if cfg.embedder.model not in _EMBEDDERS:
+        _EMBEDDERS[cfg.embedder.model] = make_embedder(cfg.embedder)
+    split = [line_sentences(m.text) for m in box.messages]
+    texts = [x for sentences in split for x in sentences]
+    flags = iter(model.kept(texts, _EMBEDDERS[cfg.embedder.model].encode(texts)) if texts else [])
+    return [[next(flags) for _ in sentences] for sentences in split]
+
+
+_EMBEDDERS: dict = {}
+
+
 def kept(box: Box, raw: dict, boxes: list[Box], cfg) -> tuple[str, list, dict]:
     """(topic, events, dropped) as the Loom stores them from the saved raw output (events written, or made from the
-    lines by code where the output has none: [extract] events = "lines")."""
+    lines by code where the output has none: [extract] events = "lines", the config's keep model applied)."""
     ec = dataclasses.replace(cfg.extract, events="written" if "events" in raw else "lines")
     instructions = extract_system(ec)
-    events, dropped = extracted_events(raw, box, box.messages, participants(box, boxes), instructions, ec)
+    flags = keep_flags(box, cfg) if ec.events == "lines" else None
+    events, dropped = extracted_events(raw, box, box.messages, participants(box, boxes), instructions, ec, flags)
     kws = text_keywords(box.messages, cfg.extract.max_keywords, cfg.extract.max_keyword_chars)
     topic, why = checked_topic(model_topic(raw, ec.events), box, kws, instructions, participants(box, boxes))
     return topic, events, dict(dropped, **({why: 1} if why else {}))
@@ -129,6 +152,8 @@ def records_row(chosen: list[Box], boxes: list[Box], recs: dict[str, dict], labe
     kept as the Loom keeps them; `labels`: box key -> numbers of kept events that name the wrong person (hand check;
     None: not checked)."""
     n_events, dropped, wrong, seconds, failed, no_one, own = 0, {}, 0, [], 0, 0, 0
+    words = [0, 0]  # the kept events' words, the boxes' messages' words
+    chat = repeated = told = 0  # events labelled pleasantry / repeat (labels of the form {"wrong", "chat", ...})
     for box in chosen:
         rec = recs.get(key(box))
         if rec is None:
@@ -139,19 +164,32 @@ def records_row(chosen: list[Box], boxes: list[Box], recs: dict[str, dict], labe
             continue
         _, events, why = kept(box, rec["data"], boxes, cfg)
         n_events += len(events)
+        words[0] += sum(len(e.text.split()) for e in events)
+        words[1] += sum(len(m.text.split()) for m in box.messages)
         people = [display_name(p) for p in participants(box, boxes)]
         no_one += sum(not any(p.lower() in e.text.lower() for p in people) for e in events)
         own += sum(in_own_line(e, box, participants(box, boxes)) >= cfg.extract.min_grounding for e in events)
         for reason, n in why.items():
             dropped[reason] = dropped.get(reason, 0) + n
-        wrong += len((labels or {}).get(key(box), []))
+        label = (labels or {}).get(key(box), [])
+        label = label if isinstance(label, dict) else {"wrong": label}
+        wrong += len(label.get("wrong", []))
+        chat += len(label.get("chat", []))
+        repeated += len(label.get("repeated", []))
+        told += "chat" in label
     checked = labels is not None and all(key(b) in labels for b in chosen if key(b) in recs)
+    told_all = checked and told == len([b for b in chosen if key(b) in recs and "data" in recs[key(b)]])
     return {"boxes": len(seconds), "failed": failed, "events": n_events,
             "events_per_box": round(n_events / max(1, len(seconds)), 2), "dropped": dropped,
+            "record_share": round(words[0] / max(1, words[1]), 3),  # the records' words over the dialogue's
             # events that name neither participant (a thing's fact, or a line with no person in it)
             "names_no_participant": no_one,
             # kept events whose words their cited line alone holds to [extract] min_grounding
             "grounded_in_cited_line": round(own / max(1, n_events), 3),
             "hand_checked": checked, "wrong_person": wrong if checked else None,
             "wrong_person_share": round(wrong / max(1, n_events), 3) if checked else None,
+            # events a person would not keep: greetings, thanks, agreement, reactions; events that say again what
+            # an earlier event of the box said (hand labels; None where the boxes were not labelled for them)
+            "chat_share": round(chat / max(1, n_events), 3) if told_all else None,
+            "repeated_share": round(repeated / max(1, n_events), 3) if told_all else None,
             "s_per_box": round(sum(seconds) / max(1, len(seconds)), 1)}
