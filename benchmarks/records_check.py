@@ -119,9 +119,10 @@ def report(a) -> dict:
                                  ("demo", [b for b in boxes if not b.conversation_id.startswith("conv-")])):
                 rows[f"{name} / {part}"] = records_row(chosen, boxes, recs, labels.get(name), c, key)
     print("\n".join(records_table(rows)))
-    if a.save:
+    if a.save:  # rows of models whose raw outputs are not here are kept as saved before
+        before = json.loads(SAVED.read_text())["rows"] if SAVED.exists() else {}
         SAVED.write_text(json.dumps({"command": "python benchmarks/records_check.py report --save",
-                                     "config": a.config, "rows": rows}, indent=1) + "\n")
+                                     "config": a.config, "rows": before | rows}, indent=1) + "\n")
     return rows
 
 
