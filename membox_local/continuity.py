@@ -90,8 +90,6 @@ class PairModel:
         return [p for ab in self.adapters.values() for p in ab] + list(self.head.parameters())
 
     def logits(self, pairs: Sequence[tuple[str, str]]):
-        import torch
-
         if self.reading == "evidence":
             questions = {q: self.cut(q, MAX_QUESTION_TOKENS) for q in dict.fromkeys(q for q, _ in pairs)}
             enc = self.tokenizer([questions[q] for q, _ in pairs], [line for _, line in pairs],

@@ -196,7 +196,8 @@ class Erasure:
         retrievers this Memory keeps (their box maps hold the texts), made anew by the next question."""
         self._indexes.clear()
         self._retrievers.clear()
-        # the indexes, their id maps, and what an index save killed midway left (it may hold forgotten vectors)
-        for pattern in ("*.hnsw", "*.ids.json", "*.tmp"):
+        # the indexes, their id maps, box-hits' snapshots (retrieval/snapshot.py: the messages' BM25 terms), and what
+        # a save killed midway left (it may hold forgotten vectors or terms)
+        for pattern in ("*.hnsw", "*.ids.json", "*.snapshot.npz", "*.tmp"):
             for p in self.path.glob(pattern):
                 p.unlink(missing_ok=True)

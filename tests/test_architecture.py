@@ -16,7 +16,7 @@ LAYERS: list[tuple[str, set[str]]] = [
     ("data types, contracts, config", {"records", "requests", "backends.base", "dates", "grounding", "tally", "private",
                                        "terminal", "argtypes", "config", "seams"}),
     ("retrieval contract", {"retrieval.base", "retrieval.layout"}),
-    ("retrieval modes", {"retrieval", "retrieval.baselines", "retrieval.compact", "retrieval.boxhits",
+    ("retrieval modes", {"retrieval", "retrieval.baselines", "retrieval.compact", "retrieval.boxmap", "retrieval.snapshot", "retrieval.boxhits",
                          "retrieval.lexical", "retrieval.eventgraph", "retrieval.eventkeys"}),
     ("registry", {"systems"}),
     ("storage, models, input", {"store", "store_lock", "store_connections", "index", "weights", "ingest", "jsonstream", "exports", "prompts", "backends",

@@ -356,3 +356,52 @@ def test_a_continuity_file_is_refused_as_the_second_stage(memory, filed, tmp_pat
     memory.config.retrieve.evidence_model = str(weights)
     with pytest.raises(ConfigError, match="evidence_model.*continuity cross-encoder"):
         make_retriever("box-hits", memory).retrieve("Pixel?", CONV, 10, 100)
+
+
+def test_a_large_scopes_box_map_is_kept_beside_the_store_and_read_by_the_next_memory(memory, filed, monkeypatch):
+    """retrieval/snapshot.py (its size floor lowered for the doubles): after a question, the scope's map is written
+    beside the store; a new Memory of the folder reads it instead of the scope (no window is embedded again), adds what
+    was filed since as any later filing is, and answers as a map made anew does; a damaged file is made again."""
+    from membox_local.memory import Memory
+    from membox_local.retrieval import boxhits, snapshot
+    from membox_local.testing import FakeEmbedder
+
+    monkeypatch.setattr(snapshot, "MIN_MESSAGES", 4)
+    q = "did Ann adopt a kitten named Pixel"
+    before = memory.context(q, CONV, mode="box-hits").text
+    (written,) = memory.path.glob("*.snapshot.npz")
+    with monkeypatch.context() as patched, Memory(memory.path, memory.config, embedder=FakeEmbedder()) as reader:
+        patched.setattr(boxhits, "box_map", lambda *a, **k: pytest.fail("the scope was read again"))
+        assert reader.context(q, CONV, mode="box-hits").text == before
+    memory.store.add_messages([Message(CONV, "D3:1", "Ann", "Pixel learned to open the fridge", "3", "1 July 2023")])
+    q2 = "what did Pixel learn to open"
+    with Memory(memory.path, memory.config, embedder=FakeEmbedder()) as reader:
+        got = reader.context(q2, CONV, mode="box-hits").text
+    written.rename(written.with_suffix(".aside"))
+    with Memory(memory.path, memory.config, embedder=FakeEmbedder()) as anew:  # made from the store alone
+        assert "fridge" in got and got == anew.context(q2, CONV, mode="box-hits").text
+        now = anew.context(q, CONV, mode="box-hits").text
+    written.write_bytes(written.with_suffix(".aside").read_bytes()[:200])  # a crash or a full disk left it damaged
+    with Memory(memory.path, memory.config, embedder=FakeEmbedder()) as reader:
+        assert reader.context(q, CONV, mode="box-hits").text == now
+
+
+def test_forgetting_deletes_the_snapshots_and_a_stale_one_is_never_read(memory, filed, monkeypatch):
+    """The snapshot holds the messages' BM25 terms: Memory.forget deletes it with the vector indexes; one written
+    before an erasure that another process made (its erasure count older than the store's) is deleted unread."""
+    from membox_local.memory import Memory
+    from membox_local.retrieval import snapshot
+    from membox_local.testing import FakeEmbedder
+
+    monkeypatch.setattr(snapshot, "MIN_MESSAGES", 4)
+    memory.context("the kitten named Pixel", CONV, mode="box-hits")
+    assert list(memory.path.glob("*.snapshot.npz"))
+    memory.forget(CONV, ["D2:3"])
+    assert not list(memory.path.glob("*.snapshot.npz"))
+    memory.context("the kitten named Pixel", CONV, mode="box-hits")
+    (path,) = memory.path.glob("*.snapshot.npz")
+    kept = path.read_bytes()
+    memory.forget(CONV, ["D2:4"])
+    path.write_bytes(kept)  # as if written by a process that had not seen the erasure
+    with Memory(memory.path, memory.config, embedder=FakeEmbedder()) as reader:
+        assert snapshot.load(reader, "box-hits", CONV) is None and not path.exists()

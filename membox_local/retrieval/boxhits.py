@@ -15,7 +15,8 @@ to decide what is shown around a hit:
   With `[retrieve] lexical_weight` a message's relevance also gains that weight x its BM25 score for the question
   (lexical.py: words, stop words dropped, stemmed; divided by the best message's score, so 1 for the best lexical
   match): the names and rare words MiniLM's cosine misses. The index is built in memory from the scope's stored
-  messages with the rest of the BoxMap and never written to disk (lexical.py says why).
+  messages with the rest of the BoxMap (boxmap.py); a scope of 5,000 messages or more is also kept beside the store
+  and erased with its messages (snapshot.py).
   Messages are added best first while they fit the budget, so a strong hit brings its box neighbours,
   nearest first, before weaker hits elsewhere, and context never crosses a topic boundary. Shown in time
   order under one date line per session (`HEADERS`: other layouts label each box). k: the top-k messages
@@ -30,15 +31,16 @@ the Loom's continuity rule and no extraction, which `membox eval locomo --boxes-
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
 
-from ..records import Box, Message
-from .base import Context, Retriever, count_tokens, register
+from ..records import Message
+from . import snapshot
+from .base import Context, Retriever, register
 from .baselines import TurnRagRetriever
-from .layout import CHUNK_WORDS, Layout, chunk_session_messages, chunk_text, plain, shown_render
+from .boxmap import HEADERS, BoxMap, box_chunk_vectors, box_map, extended, topic_line, unit  # noqa: F401
+from .layout import CHUNK_WORDS, Layout, shown_render
 from .lexical import LexicalIndex
 from ..seams import MemoryView
 
@@ -46,165 +48,12 @@ DECAY = 0.1  # priority lost per turn of distance from a hit in the same box
 BOX_WEIGHT = 0.3  # weight of the whole box's cosine in each of its messages' priority
 TRACE_SHARE = 0.25  # box-hits-trace: at most this share of the budget for other sessions of the storyline
 TRACE_SEEDS = 3  # box-hits-trace: the boxes of this many best hits start the storyline
-# how shown messages are labelled: "date" one date line per session only (the default: most evidence per
-# token); "session" one date line per session, a topic line where each box starts; "box" one block per box
-# under a line with its date and topic
-HEADERS = ("date", "session", "box")
-
-
-@dataclass
-class BoxMap:
-    """One conversation scope's messages (time order), their vectors and the box each belongs to."""
-
-    messages: list[Message]
-    vectors: np.ndarray
-    box_of: np.ndarray  # message index -> box position in `boxes`
-    boxes: list[Box]
-    members: list[np.ndarray]  # box position -> its message indices, in time order
-    position: dict[tuple[str, str], int]  # (conversation id, message id) -> box position
-    windows: np.ndarray  # message index -> unit vector of the box-bounded chunk that holds it
-    centroids: np.ndarray  # box position -> unit mean vector of its messages
-    scope: str | None  # the conversation id, or None for every conversation
-    tokens: np.ndarray | None = None  # message index -> its length in count_tokens units (made when first used)
-    lexical: LexicalIndex | None = None  # BM25 over the messages as shown (made when first used; memory only)
-    same_size: list[np.ndarray] | None = None  # the boxes grouped by size: each a (boxes, size) index matrix
-
-    def by_size(self) -> list[np.ndarray]:
-        """The boxes' members grouped by their size, one (boxes x size) matrix of message indices per size: what
-        lets the priorities be computed for every box of a size at once."""
-        if self.same_size is None:
-            sizes = np.array([len(idx) for idx in self.members])
-            self.same_size = [np.stack([self.members[b] for b in np.flatnonzero(sizes == n)])
-                              for n in np.unique(sizes) if n > 0]
-        return self.same_size
-
-    def message_tokens(self) -> np.ndarray:
-        if self.tokens is None:
-            self.tokens = np.array([count_tokens(m.render()) for m in self.messages], dtype=float)
-        return self.tokens
-
-    def lexical_index(self) -> LexicalIndex:
-        if self.lexical is None:
-            self.lexical = LexicalIndex.build([m.render() for m in self.messages])
-        return self.lexical
-
-    def box(self, m: Message) -> int:
-        return self.position[(m.conversation_id, m.message_id)]
-
-    def layout(self, budget_tokens: int, headers: str = "date", render: Callable[[Message], str] = plain) -> Layout:
-        """Shown messages in time order, labelled by `headers` (one of HEADERS), each shown by `render`."""
-        if headers == "box":
-            return Layout(budget_tokens, group=self.box, header=lambda m: self.boxes[self.box(m)].header(),
-                          render=render)
-        if headers == "session":
-            return Layout(budget_tokens, subgroup=self.box, subheader=lambda m: topic_line(self.boxes[self.box(m)]),
-                          render=render)
-        if headers == "date":
-            return Layout(budget_tokens, render=render)
-        raise ValueError(f"box layout headers '{headers}': expected one of {', '.join(HEADERS)}")
+SNAPSHOT_GROWTH = 1.25  # a scope's map is written again (retrieval/snapshot.py) once it holds 25% more messages
 
 
 def length_penalty(tokens: np.ndarray, cost: float, free: int) -> np.ndarray:
     """`[retrieve] length_cost`: cost x log(tokens / free) for messages longer than `free` tokens, else 0."""
     return cost * np.log(np.maximum(1.0, np.asarray(tokens, dtype=float) / free))
-
-
-def topic_line(box: Box) -> str:
-    return f"(topic: {box.topic})" if box.topic else ""
-
-
-def box_map(memory: "MemoryView", messages: list[Message], vectors: np.ndarray, conversation_id: str | None,
-            mode: str, window_vectors: Callable[[list[Message], list[np.ndarray]], np.ndarray]) -> BoxMap:
-    """The scope's boxes; `window_vectors(messages, members)` gives each message's window vector."""
-    store = memory.store
-    boxes = [b for b in store.boxes(conversation_id) if b.messages]
-    if messages and not boxes:
-        raise ValueError(f"retrieval mode '{mode}' needs messages filed into boxes, but conversation "
-                         f"{conversation_id or '(all)'} in {store.path} has none; build the memory first "
-                         f"(Memory.add, or `membox eval locomo --boxes-only` for boxes without records)")
-    position = {(m.conversation_id, m.message_id): n for n, b in enumerate(boxes) for m in b.messages}
-    for m in messages:
-        if (m.conversation_id, m.message_id) not in position:  # pending, not filed yet: a box of its own
-            position[(m.conversation_id, m.message_id)] = len(boxes)
-            boxes.append(Box(-1, m.conversation_id, m.session, m.session_date, [m]))
-    box_of = np.array([position[(m.conversation_id, m.message_id)] for m in messages], dtype=np.int64)
-    # each box's message indices, in time order (a stable sort by box keeps the messages' order within one)
-    members = np.split(np.argsort(box_of, kind="stable"), np.cumsum(np.bincount(box_of, minlength=len(boxes)))[:-1])
-    windows = window_vectors(messages, members) if messages else vectors
-    centroids = np.stack([vectors[idx].mean(axis=0) for idx in members]) if members else vectors[:0]
-    return BoxMap(messages, vectors, box_of, boxes, members, position, windows=windows,
-                  centroids=unit(centroids), scope=conversation_id)
-
-
-def extended(memory: "MemoryView", bm: BoxMap, chunk_words: int = CHUNK_WORDS) -> BoxMap | None:
-    """`bm` brought up to date with the store after messages were only added and filed: the boxes before the first
-    one still open (or the first message not yet filed) cannot have changed and are kept with their messages,
-    vectors, windows and BM25 terms; what follows is read again. The result holds what `box_map` would build now
-    (the kept boxes' records as they were when read: box-hits shows none of them), with the kept BM25 index, which
-    the caller extends with the messages past its size. None where the map is not one conversation's, or the store
-    does not continue it (a message of it gone or changed): the caller builds it anew."""
-    if bm.scope is None or not bm.messages:
-        return None
-    stable = next((n for n, b in enumerate(bm.boxes) if b.id < 0 or b.status == "open"), len(bm.boxes))
-    cut = min((int(bm.members[b][0]) for b in range(stable, len(bm.boxes)) if len(bm.members[b])),
-              default=len(bm.messages))
-    if any(len(bm.members[b]) and bm.members[b][-1] >= cut for b in range(stable)):
-        return None  # the kept boxes are not the map's first messages
-    old, key = len(bm.messages), (lambda m: (m.conversation_id, m.message_id, m.text))
-    store = memory.store
-    tail = store.messages_from(bm.scope, bm.messages[cut].seq if cut < old else bm.messages[-1].seq + 1)
-    if [key(m) for m in tail[:old - cut]] != [key(m) for m in bm.messages[cut:]]:
-        return None
-    messages = bm.messages[:cut] + tail
-    boxes = bm.boxes[:stable] + [b for b in store.boxes_after(bm.scope, bm.boxes[stable - 1].id if stable else 0)
-                                 if b.messages]
-    position = {k: v for k, v in bm.position.items() if v < stable}
-    position.update({(m.conversation_id, m.message_id): n for n, b in enumerate(boxes[stable:], stable)
-                     for m in b.messages})
-    for m in tail:
-        if (m.conversation_id, m.message_id) not in position:  # pending, not filed yet: a box of its own
-            position[(m.conversation_id, m.message_id)] = len(boxes)
-            boxes.append(Box(-1, m.conversation_id, m.session, m.session_date, [m]))
-    if len(position) != len(messages):
-        return None  # a box of the tail holds a message the tail does not
-    box_of = np.array([position[(m.conversation_id, m.message_id)] for m in messages], dtype=np.int64)
-    members = np.split(np.argsort(box_of, kind="stable"), np.cumsum(np.bincount(box_of, minlength=len(boxes)))[:-1])
-    if any(len(idx) and idx[0] < cut for idx in members[stable:]):
-        return None  # a box of the tail holds one of the kept messages
-    new = messages[old:]
-    vectors = np.concatenate([bm.vectors[:old], memory.embedder.encode([chunk_text([m]) for m in new])]) \
-        if new else bm.vectors[:old]
-    windows = box_chunk_vectors(memory, messages[cut:], [idx - cut for idx in members[stable:]], chunk_words)
-    centroids = unit(np.stack([vectors[idx].mean(axis=0) for idx in members[stable:]])) if len(boxes) > stable \
-        else bm.centroids[:0]
-    out = BoxMap(messages, vectors, box_of, boxes, members, position, windows=np.concatenate([bm.windows[:cut], windows]),
-                 centroids=np.concatenate([bm.centroids[:stable], centroids]), scope=bm.scope)
-    if bm.tokens is not None:
-        out.tokens = np.concatenate([bm.tokens[:old], [count_tokens(m.render()) for m in new]])
-    out.lexical = bm.lexical  # grown by the caller with the messages past its size (BoxHitsRetriever.refresh)
-    return out
-
-
-def box_chunk_vectors(memory: "MemoryView", messages: list[Message], members: list[np.ndarray],
-                      chunk_words: int = CHUNK_WORDS) -> np.ndarray:
-    """Message index -> embedding of its window: the ~chunk_words-word chunk of consecutive messages of its
-    box that holds it (whole messages, rendered as chunk-rag renders its chunks)."""
-    chunks: list[np.ndarray] = []
-    for idx in members:
-        start = 0
-        for c in chunk_session_messages([messages[i] for i in idx], chunk_words):
-            chunks.append(idx[start:start + len(c)])
-            start += len(c)
-    vecs = memory.embedder.encode([chunk_text([messages[i] for i in c]) for c in chunks])
-    windows = np.zeros((len(messages), vecs.shape[1]), dtype=vecs.dtype)
-    for c, v in zip(chunks, vecs):
-        windows[c] = v
-    return unit(windows)
-
-
-def unit(x: np.ndarray) -> np.ndarray:
-    norms = np.linalg.norm(x, axis=1, keepdims=True)
-    return x / np.where(norms > 0, norms, 1.0)
 
 
 @register
@@ -223,13 +72,27 @@ class BoxHitsRetriever(Retriever):
         super().__init__(memory)
         self.turns = TurnRagRetriever(memory)  # message vectors, embedded once per memory folder
         self._maps: dict[str | None, BoxMap] = {}
+        self._unsaved: dict[str | None, int] = {}  # scope -> the erasures count its map was read at (snapshot.py)
+        self._saved: dict[str | None, int] = {}  # scope -> messages in the snapshot written or read
 
     def box_map(self, conversation_id: str | None) -> BoxMap:
         if conversation_id not in self._maps:
-            chunks, vecs = self.turns.units(conversation_id)
-            self._maps[conversation_id] = box_map(self.memory, [c[0] for c in chunks], vecs, conversation_id,
-                                                  self.name, self.window_vectors)
+            kept = type(self) is BoxHitsRetriever  # a variant's caches are not in a snapshot
+            erased = self.memory.store.generation()[1]  # read first: an erasure while the map is made is seen
+            bm = snapshot.load(self.memory, self.name, conversation_id) if kept else None
+            if bm is not None:
+                self._saved[conversation_id] = len(bm.messages)
+            else:
+                chunks, vecs = self.turns.units(conversation_id)
+                bm = box_map(self.memory, [c[0] for c in chunks], vecs, conversation_id, self.name, self.window_vectors)
+            if kept and self._to_save(conversation_id, bm):
+                self._unsaved[conversation_id] = erased  # written after the question that made it (retrieve)
+            self._maps[conversation_id] = bm
         return self._maps[conversation_id]
+
+    def _to_save(self, scope: str | None, bm: BoxMap) -> bool:
+        """Whether the scope's map is large enough, and has grown enough since its last snapshot, to be written."""
+        return len(bm.messages) >= max(snapshot.MIN_MESSAGES, SNAPSHOT_GROWTH * self._saved.get(scope, 0))
 
     def refresh(self) -> bool:
         """After messages were only added and filed (Store.generation: no erasure since), bring each kept box map up
@@ -241,9 +104,12 @@ class BoxHitsRetriever(Retriever):
         maps = {scope: extended(self.memory, bm, self.chunk_words) for scope, bm in self._maps.items()}
         if any(bm is None for bm in maps.values()):
             return False
+        erased = self.memory.store.generation()[1]
         for scope, bm in maps.items():  # the kept BM25 indexes grow only once every map is made (none can fail now)
             if bm.lexical is not None:
                 bm.lexical.extend([m.render() for m in bm.messages[bm.lexical.size:]])
+            if self._to_save(scope, bm):
+                self._unsaved[scope] = erased
         self._maps = maps
         self.turns = TurnRagRetriever(self.memory)  # what it read is in the maps now
         return True
@@ -299,6 +165,9 @@ class BoxHitsRetriever(Retriever):
         shown = dict.fromkeys(bm.box(m) for m in sorted(layout.messages, key=lambda m: (m.conversation_id, m.seq)))
         ctx.box_ids = [bm.boxes[b].id for b in shown if bm.boxes[b].id >= 0]
         ctx.scores = {bm.boxes[b].id: float(sims[bm.members[b]].max()) for b in shown if bm.boxes[b].id >= 0}
+        if conversation_id in self._unsaved:  # a large scope's map made or grown: kept beside the store
+            if snapshot.save(self.memory, bm, self.name, self._unsaved.pop(conversation_id)):
+                self._saved[conversation_id] = len(bm.messages)
         return ctx
 
     def second_stage(self, scorer, bm: BoxMap, question: str, sims: np.ndarray, prio: np.ndarray) -> np.ndarray:

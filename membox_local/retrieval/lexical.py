@@ -6,13 +6,14 @@ messages' words finds those. Text is lowercased and cut into words of two or mor
 English words dropped (bm25s' `en_plus` list, 179 words) and the rest stemmed (Snowball English, PyStemmer: "groups"
 and "group" meet).
 
-The index lives in memory, with the rest of box-hits' per-scope BoxMap, and is never written to disk: a Memory keeps
-it while the store's rows are unchanged, extends it (`extend`) as messages are filed, and builds it anew after an
-erasure (Memory.retriever, Store.generation), so a forgotten message's words are in no index and there is no copy on
-disk for forgetting to erase (the erasure tests check that a forgotten message's words find nothing). It keeps its
+The index lives in memory, with the rest of box-hits' per-scope BoxMap: a Memory keeps it while the store's rows are
+unchanged, extends it (`extend`) as messages are filed, and builds it anew after an erasure (Memory.retriever,
+Store.generation), so a forgotten message's words are in no index (the erasure tests check that they find nothing).
+A scope of 5,000 messages or more is also written beside the store (retrieval/snapshot.py: `arrays`, `from_arrays`),
+deleted by every erasure and never read after one. It keeps its
 postings itself (bm25s' index cannot grow) and scores as bm25s' "lucene" variant does (a test compares them); the
 words are bm25s' tokenizer's. Building it from scratch costs seconds only at tens of thousands of messages
-(BENCHMARKS.md, "Scale": the first question after opening).
+(BENCHMARKS.md, "Scale": the first question after opening, which the snapshot spares).
 """
 from __future__ import annotations
 
@@ -45,8 +46,10 @@ class LexicalIndex:
 
     def __init__(self):
         self.vocab: dict[str, int] = {}
-        self.docs: list[list[int]] = []  # term id -> the texts holding it (postings), and their counts there
-        self.counts: list[list[int]] = []
+        # term id -> the texts holding it and their counts there: a flat part (offsets per term, texts, counts; what
+        # `from_arrays` reads) and what was added since, per term (what `extend` appends)
+        self._flat = (np.zeros(1, dtype=np.int64), np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.int32))
+        self._more: dict[int, tuple[list[int], list[int]]] = {}
         self.lengths: list[int] = []  # text -> its number of index terms
         self._arrays: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # postings as arrays, made when first asked for
         self._lengths: np.ndarray | None = None  # `lengths` as an array, and their sum
@@ -72,12 +75,47 @@ class LexicalIndex:
             self._lengths = None
             for term, count in Counter(terms).items():
                 t = self.vocab.setdefault(term, len(self.vocab))
-                if t == len(self.docs):
-                    self.docs.append([])
-                    self.counts.append([])
-                self.docs[t].append(n)
-                self.counts[t].append(count)
+                docs, counts = self._more.setdefault(t, ([], []))
+                docs.append(n)
+                counts.append(count)
                 self._arrays.pop(t, None)
+
+    def postings(self, t: int) -> tuple[np.ndarray, np.ndarray]:
+        """Term `t`'s texts and counts (as floats), as arrays."""
+        if t not in self._arrays:
+            offsets, docs, counts = self._flat
+            lo, hi = (int(offsets[t]), int(offsets[t + 1])) if t + 1 < len(offsets) else (0, 0)
+            more_docs, more_counts = self._more.get(t, ((), ()))
+            self._arrays[t] = (np.concatenate([docs[lo:hi], np.asarray(more_docs, dtype=np.int32)]),
+                               np.concatenate([counts[lo:hi], np.asarray(more_counts, dtype=np.int32)]).astype(float))
+        return self._arrays[t]
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        """The index as flat arrays (retrieval/snapshot.py writes them beside the store): its terms (UTF-8, one per
+        line, in id order), each term's postings (texts and counts) one after another with their offsets, and the
+        texts' lengths."""
+        offsets, docs, counts = self._flat
+        if self._more:
+            parts = [self.postings(t) for t in range(len(self.vocab))]
+            sizes = np.array([len(d) for d, _ in parts], dtype=np.int64)
+            offsets = np.concatenate([[0], np.cumsum(sizes)])
+            docs = np.concatenate([d for d, _ in parts]).astype(np.int32) if parts else docs
+            counts = np.concatenate([c for _, c in parts]).astype(np.int32) if parts else counts
+        return {"terms": np.frombuffer("\n".join(self.vocab).encode(), dtype=np.uint8),  # terms hold no newline
+                "offsets": offsets, "docs": docs, "counts": counts, "lengths": np.asarray(self.lengths, dtype=np.int32)}
+
+    @classmethod
+    def from_arrays(cls, terms: np.ndarray, offsets: np.ndarray, docs: np.ndarray, counts: np.ndarray,
+                    lengths: np.ndarray) -> "LexicalIndex":
+        """`arrays`' output as an index again (one that can still grow)."""
+        index = cls()
+        names = terms.tobytes().decode().split("\n") if len(offsets) > 1 else []
+        index.vocab = {t: i for i, t in enumerate(names)}
+        index._flat = (np.asarray(offsets, dtype=np.int64), np.asarray(docs, dtype=np.int32),
+                       np.asarray(counts, dtype=np.int32))
+        index.lengths = lengths.tolist()
+        index._total = int(lengths.sum())
+        return index
 
     def scores(self, query: str) -> np.ndarray:
         """BM25 score of every text for the query (0 where no query term occurs); a term the query repeats counts
@@ -93,9 +131,7 @@ class LexicalIndex:
             t = self.vocab.get(term)
             if t is None:
                 continue
-            if t not in self._arrays:
-                self._arrays[t] = (np.asarray(self.docs[t]), np.asarray(self.counts[t], dtype=float))
-            docs, tf = self._arrays[t]
+            docs, tf = self.postings(t)
             idf = math.log(1 + (self.size - len(docs) + 0.5) / (len(docs) + 0.5))
             out[docs] += idf * tf / (tf + K1 * ((1 - B) + B * lengths[docs] / mean))
         return out

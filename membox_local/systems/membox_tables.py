@@ -189,7 +189,9 @@ class BoxTables:
         """The conversation's box rows as stored (with `woven`, which Box does not carry), by id."""
         return self.db.execute("SELECT * FROM boxes WHERE conversation_id=? ORDER BY id", (conversation_id,)).fetchall()
 
-    def boxes(self, conversation_id: str | None = None, status: str | None = None) -> list[Box]:
+    def boxes(self, conversation_id: str | None = None, status: str | None = None,
+              with_messages: bool = True) -> list[Box]:
+        """The boxes by id, each with its messages and events (`with_messages`; else its row alone)."""
         sql, args = "SELECT * FROM boxes WHERE 1=1", []
         if conversation_id is not None:
             sql += " AND conversation_id=?"
@@ -197,7 +199,7 @@ class BoxTables:
         if status is not None:
             sql += " AND status=?"
             args.append(status)
-        return [self._box(r) for r in self.db.execute(sql + " ORDER BY id", args).fetchall()]
+        return [self._box(r, with_messages) for r in self.db.execute(sql + " ORDER BY id", args).fetchall()]
 
     def boxes_after(self, conversation_id: str, box_id: int) -> list[Box]:
         """The conversation's boxes with an id above `box_id`, by id (those filed after it)."""
