@@ -10,7 +10,8 @@ size: seconds per message of those writes (messages, box membership, records, ve
 bytes, the open time (a new Memory and its first `search`), then LoCoMo dev questions: `Memory.search` (the boxes'
 HNSW index) and `Memory.context` (box-hits with BM25, the first stage alone), each cold (the first call of a new
 Memory) and warm (p50 / p95 of the rest), the next question's context after AFTER_WRITE more messages were filed
-by another Memory (a server answering while it files), and the process's peak resident memory.
+by another Memory (a server answering while it files), the first question of a Memory opened after that (box-hits'
+snapshot of the scope read, where it has one: retrieval/snapshot.py), and the process's peak resident memory.
 """
 from __future__ import annotations
 
@@ -94,11 +95,17 @@ def measure(path: Path, cfg, questions: list[str], write, asked: str = CONV) -> 
         after = timed(lambda: mem.context(questions[0], asked))[0]
     finally:
         mem.close()
+    again = Memory(path, cfg, embedder=FakeEmbedder())  # opened again: box-hits' snapshot read (retrieval/snapshot.py)
+    try:
+        reopened = timed(lambda: again.context(questions[1 % len(questions)], asked))[0]
+    finally:
+        again.close()
     pct = lambda xs, p: round(1000 * float(np.percentile(xs, p)), 1)  # noqa: E731
     return {"open_s": round(open_s + search[0], 2), "search_cold_ms": round(1000 * search[0], 1),
             "search_warm_p50_ms": pct(search[1:], 50), "search_warm_p95_ms": pct(search[1:], 95),
             "context_cold_ms": round(1000 * context[0], 1), "context_warm_p50_ms": pct(context[1:], 50),
             "context_warm_p95_ms": pct(context[1:], 95), "context_after_write_ms": round(1000 * after, 1),
+            "context_reopened_ms": round(1000 * reopened, 1),
             "resident_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)}
 
 
