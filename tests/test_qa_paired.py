@@ -88,3 +88,14 @@ def test_the_scale_curve_grows_one_scope_and_times_it(tmp_path):
         grow(mem, pool, 0, 120, conversations=3)
         assert [len(mem.store.messages(c)) for c in mem.store.conversations()] == [40, 40, 40]
         assert all({m.conversation_id for m in b.messages} == {b.conversation_id} for b in mem.boxes(CONV + "-0"))
+
+
+def test_runs_answered_with_each_conversations_fold_model_are_one_arm():
+    """A conversation answered with the evidence model fitted without it (`membox fit evidence`'s fold models) is
+    the same arm as another conversation answered with its own fold's model: "out-of-fold"."""
+    from membox_local.evaluation.paired import out_of_fold
+
+    assert out_of_fold("/w/runs/evidence/evidence-fold0.safetensors") == out_of_fold("runs/evidence/evidence-fold2.safetensors")
+    assert out_of_fold("/w/runs/evidence/evidence-fold0.safetensors") == "out-of-fold"
+    assert out_of_fold("content/evidence-locomo-all-minilm-l6-v2.safetensors") != "out-of-fold"
+    assert out_of_fold(16.0) == "16.0"

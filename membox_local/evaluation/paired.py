@@ -9,6 +9,7 @@ questions.jsonl); runs stopped early count the questions they finished.
 from __future__ import annotations
 
 import json
+import re
 import statistics
 from pathlib import Path
 
@@ -21,7 +22,13 @@ def overrides(folder: Path) -> str:
         keys = json.loads((folder / "settings.json").read_text())["fixed"].get("overrides") or {}
     except (OSError, ValueError, KeyError, AttributeError):
         return ""
-    return "".join(f" {k}={json.dumps(v)}" for k, v in sorted(keys.items()))
+    return "".join(f" {k}={out_of_fold(v)}" for k, v in sorted(keys.items()))
+
+
+def out_of_fold(value) -> str:
+    """A `--set` value as an arm names it: a fold's model (`membox fit evidence`'s runs/evidence/*-fold<i>.*, each
+    conversation answered with the model fitted without it) is one arm, "out-of-fold", whichever fold it is."""
+    return "out-of-fold" if isinstance(value, str) and re.search(r"-fold\d+\.[a-z]+$", value) else json.dumps(value)
 
 
 def arms(folders: list[Path]) -> dict[str, dict[tuple[str, int], dict]]:
