@@ -405,3 +405,26 @@ def test_forgetting_deletes_the_snapshots_and_a_stale_one_is_never_read(memory, 
     path.write_bytes(kept)  # as if written by a process that had not seen the erasure
     with Memory(memory.path, memory.config, embedder=FakeEmbedder()) as reader:
         assert snapshot.load(reader, "box-hits", CONV) is None and not path.exists()
+
+
+def test_a_snapshot_is_written_again_once_the_scope_grew_by_a_quarter(memory, filed, monkeypatch):
+    """A Memory that read a snapshot and brought it up to date writes it again after its question when the scope
+    holds 25% more messages than the file (not at every new message)."""
+    import json
+
+    from membox_local.memory import Memory
+    from membox_local.retrieval import snapshot
+    from membox_local.testing import FakeEmbedder
+
+    monkeypatch.setattr(snapshot, "MIN_MESSAGES", 4)
+    memory.context("the kitten named Pixel", CONV, mode="box-hits")
+    (path,) = memory.path.glob("*.snapshot.npz")
+    held = lambda: json.loads(str(np.load(path)["meta"]))["messages"]  # noqa: E731
+    first = held()
+    assert first + 2 < 1.25 * first <= first + 4  # (the doubles' scope: 12 messages)
+    for n, expected in ((0, first), (1, first + 4)):
+        more = [Message(CONV, f"D9:{n}{i}", "Ann", f"Pixel found toy number {n}{i}", "9", "2 July 2023") for i in range(2)]
+        memory.store.add_messages(more)
+        with Memory(memory.path, memory.config, embedder=FakeEmbedder()) as reader:
+            reader.context("what did Pixel find", CONV, mode="box-hits")
+        assert held() == expected

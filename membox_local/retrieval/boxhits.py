@@ -79,9 +79,9 @@ class BoxHitsRetriever(Retriever):
         if conversation_id not in self._maps:
             kept = type(self) is BoxHitsRetriever  # a variant's caches are not in a snapshot
             erased = self.memory.store.generation()[1]  # read first: an erasure while the map is made is seen
-            bm = snapshot.load(self.memory, self.name, conversation_id) if kept else None
-            if bm is not None:
-                self._saved[conversation_id] = len(bm.messages)
+            loaded = snapshot.load(self.memory, self.name, conversation_id) if kept else None
+            if loaded is not None:
+                bm, self._saved[conversation_id] = loaded  # written again once it holds 25% more than the file
             else:
                 chunks, vecs = self.turns.units(conversation_id)
                 bm = box_map(self.memory, [c[0] for c in chunks], vecs, conversation_id, self.name, self.window_vectors)

@@ -65,9 +65,9 @@ def save(memory, bm: BoxMap, mode: str, erased: int) -> bool:
         return False
 
 
-def load(memory, mode: str, scope: str | None) -> BoxMap | None:
-    """The scope's map from its snapshot, brought up to date with what was filed since; None where there is none or
-    it does not fit the store (then deleted where it is stale)."""
+def load(memory, mode: str, scope: str | None) -> tuple[BoxMap, int] | None:
+    """The scope's map from its snapshot, brought up to date with what was filed since, and the number of messages
+    the snapshot held; None where there is none or it does not fit the store (then deleted where it is stale)."""
     if scope is None:
         return None
     path = path_for(memory.path, mode, scope)
@@ -86,9 +86,10 @@ def load(memory, mode: str, scope: str | None) -> BoxMap | None:
         return None
     bm = _box_map(memory, scope, arrays)
     out = None if bm is None else extended(memory, bm)
-    if out is not None:  # the BM25 index grows with what was filed since (as BoxHitsRetriever.refresh grows it)
-        out.lexical.extend([m.render() for m in out.messages[out.lexical.size:]])
-    return out
+    if out is None:
+        return None
+    out.lexical.extend([m.render() for m in out.messages[out.lexical.size:]])  # as BoxHitsRetriever.refresh grows it
+    return out, len(bm.messages)
 
 
 def _box_map(memory, scope: str, a: dict[str, np.ndarray]) -> BoxMap | None:
