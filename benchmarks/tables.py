@@ -231,22 +231,24 @@ def qa_categories() -> list[str]:
     return out
 
 
-BUDGET_ARMS = (("box-hits@1000", "box-hits, 1000 tokens (the default budget now; before 1500)"),
-               ("box-hits@500", "box-hits, 500 tokens"),
-               ("box-hits-said@500", "box-hits-said, 500 tokens (each line followed by its events)"),
-               ("box-hits-said:lines@500", "box-hits-said, 500 tokens, the events made from the lines (the default records)"),
-               ("box-hits-events:lines@1000", "box-hits-events, 1000 tokens (those events as keys to their lines, weight 0.25)"),
-               ("turn-rag@1000", "turn-rag, its ten best turns"))
+BUDGET_ARMS = (("box-hits@1000 (saved 2026-12-06)", "first stage, 1000 tokens (the default before)"),
+               ("box-hits@500 retrieve.evidence_model=out-of-fold", "second stage (out of fold), 500 tokens"),
+               ("box-hits@250 retrieve.evidence_model=out-of-fold", "**second stage (out of fold), 250 tokens (the default)**"))
 
 
 @table
 def qa_budget() -> list[str]:
-    arms = load("locomo-qa-budgets.json")["arms"]
-    out = head("arm", "questions", "locomo F1", "mem0 F1", "BLEU-1", "evidence in context", "tokens", "s per answer")
+    got = load("locomo-qa-budget-233.json")
+    arms, diffs, base = got["arms"], got["differences"], BUDGET_ARMS[0][0]
+    out = head("box-hits + BM25, the 1.5B answering", "questions", "locomo F1", "mem0 F1", "BLEU-1",
+               "evidence in context", "tokens", "F1 against the first, paired (standard error)")
     for arm, label in BUDGET_ARMS:
+        if arm not in arms:
+            continue
         a = arms[arm]
+        d = diffs.get(f"{arm} - {base}")
         out.append(row(label, a["questions"], a["locomo_f1"], a["mem0_f1"], a["mem0_bleu1"], a["qa_recall"],
-                       a["context_tokens"], a["answer_s"], bold=(0, 2, 3, 4) if arm == "box-hits@1000" else ()))
+                       a["context_tokens"], f"{d['mean']:+.1f} ({d['se']:.1f})" if d else ""))
     return out
 
 
