@@ -28,7 +28,7 @@ from typing import Any, Mapping, Sequence
 from .dates import relative_phrases
 from .grounding import CHAT_WORDS, content_words, grounding, stem
 from .records import Box, Event, Message
-from .worth import line_sentences
+from .worth import SENTENCE, line_sentences
 
 # Chat histories with an assistant name their speakers by role; an event names them "the user", "the assistant".
 ROLE_NAMES = {"user": "the user", "assistant": "the assistant", "system": "the system"}
@@ -257,7 +257,7 @@ def other_participant(speaker: str, participants: Sequence[str]) -> str | None:
 
 _SAYS = ("says|said|mentions|mentioned|adds|added|replies|replied|writes|wrote|shares|shared|explains|explained|"
          "tells us|notes|noted")
-_SENTENCE = re.compile(r"(?<=[.!?])\s+")
+
 # what opens a sentence and tells nothing: an interjection with its comma ("Yes,", "Guess what,", "Oh no."), or a
 # joining word ("And", "Also")
 _OPENERS = re.compile(r"^(?:(?:(?:yes|yeah|yep|no|nope|well|oh|wow|ah|aw|hey|hi|haha|lol|ok|okay|sure|anyway|"
@@ -290,7 +290,7 @@ def statements(text: str) -> str:
     """What `text` tells: without its questions (sentences that end with "?") and its bracketed asides ("[shares a
     photo: ...]", a caption, not the speaker's words: an event that only describes a picture is not supported)."""
     text = re.sub(r"\[[^\]]*\]?", " ", text)
-    return " ".join(x for x in _SENTENCE.split(text.strip()) if x and not x.rstrip().endswith("?"))
+    return " ".join(x for x in SENTENCE.split(text.strip()) if x and not x.rstrip().endswith("?"))
 
 
 def said_sentences(event: str, line: Message, participants: Sequence[str]) -> str:
@@ -300,7 +300,7 @@ def said_sentences(event: str, line: Message, participants: Sequence[str]) -> st
     words = {w[:5] for w in content_words(event)}
     names = _names(participants)
     picked = []
-    for sentence in _SENTENCE.split(statements(line.text)):
+    for sentence in SENTENCE.split(statements(line.text)):
         sentence = re.sub(rf"^(?:{names})[,!]\s*", "", _OPENERS.sub("", sentence).strip(), flags=re.IGNORECASE)
         sentence = _ASIDE.sub("", sentence)
         own = content_words(sentence)

@@ -21,12 +21,12 @@ from .config import CONFIG_DIR, ConfigError
 from .grounding import content_words
 
 FEATURES = ("log_words", "log_content_words", "question")
-_SENTENCE = re.compile(r"(?<=[.!?])\s+")
+SENTENCE = re.compile(r"(?<=[.!?])\s+")  # where a line's sentences end (attribution.py cuts them here too)
 
 
 def line_sentences(text: str) -> list[str]:
     """A line's sentences, as attribution.line_pieces cuts them (after [.!?] and a space)."""
-    return [s for s in _SENTENCE.split(" ".join(text.split())) if s]
+    return [s for s in SENTENCE.split(" ".join(text.split())) if s]
 
 
 def counts(texts: Sequence[str]) -> np.ndarray:

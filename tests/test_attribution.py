@@ -290,3 +290,24 @@ def test_the_shipped_keep_model_keeps_what_happened_and_drops_thanks():
     chat = ["Thanks!", "Wow, that's awesome!", "Totally agree with you.", "Good luck with that!"]
     kept = model.kept(said + chat, SentenceTransformerEmbedder(cfg.embedder).encode(said + chat))
     assert kept == [True] * len(said) + [False] * len(chat)
+
+
+def test_the_keep_fit_measures_the_records_as_the_loom_makes_them():
+    """fit/keeping.records: at a threshold, the events made from the lines with the sentences scored at or above it;
+    their words, the evidence lines an event cites, and the single-line answers whose words the events still hold."""
+    import numpy as np
+
+    from membox_local.config import ExtractConfig
+    from membox_local.fit.keeping import records
+    from membox_local.worth import line_sentences
+
+    b = box([("Maya", "Thanks! I ran 10 km yesterday."), ("Tom", "Wow. Congrats, Maya!"),
+             ("Maya", "Rosa is teaching me to bake sourdough.")])
+    sentences = [(b.id, i, x, 0) for i, m in enumerate(b.messages) for x in line_sentences(m.text)]
+    rows = {"boxes": [b], "speakers": PEOPLE, "sentences": sentences, "evidence": {"D1:1", "D1:3"},
+            "answers": [("D1:3", {"sourdough"}), ("D1:1", {"10", "km"})]}
+    scores = np.array([0.0, 0.9, 0.0, 0.0, 0.0])  # only "I ran 10 km yesterday." is worth keeping
+    ec = ExtractConfig(events="lines")
+    every, kept = records(rows, scores, 0.0, ec), records(rows, scores, 0.5, ec)
+    assert (every["represented"], every["answers_kept"]) == (2, 2)
+    assert (kept["represented"], kept["answers_kept"]) == (1, 1) and 0 < kept["record_words"] < every["record_words"]

@@ -167,7 +167,7 @@ def main(args) -> int:
               "answer_checks": answers, "dialogue_words": dialogue, "oof_auc": round(float(auc), 3),
               "represented_target": args.represented, "curve": curve, "chosen": chosen,
               "seconds": round(time.time() - t0)}
-    model = KeepModel(np.concatenate([final.coef_[0], []]), float(final.intercept_[0]), chosen["threshold"],
+    model = KeepModel(final.coef_[0], float(final.intercept_[0]), chosen["threshold"],
                       cfg.embedder.model, {"fitted_on": "LoCoMo dev evidence lines (every conversation), "
                                            "threshold chosen out of fold by conversation", "command": command_line(args),
                                            "date": report["date"], "out_of_fold": chosen, "oof_auc": report["oof_auc"]})

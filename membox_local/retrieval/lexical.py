@@ -81,14 +81,19 @@ class LexicalIndex:
                 self._arrays.pop(t, None)
 
     def postings(self, t: int) -> tuple[np.ndarray, np.ndarray]:
-        """Term `t`'s texts and counts (as floats), as arrays."""
+        """Term `t`'s texts and counts (as floats), as arrays, kept for the next question that names it."""
         if t not in self._arrays:
-            offsets, docs, counts = self._flat
-            lo, hi = (int(offsets[t]), int(offsets[t + 1])) if t + 1 < len(offsets) else (0, 0)
-            more_docs, more_counts = self._more.get(t, ((), ()))
-            self._arrays[t] = (np.concatenate([docs[lo:hi], np.asarray(more_docs, dtype=np.int32)]),
-                               np.concatenate([counts[lo:hi], np.asarray(more_counts, dtype=np.int32)]).astype(float))
+            docs, counts = self._joined(t)
+            self._arrays[t] = (docs, counts.astype(float))
         return self._arrays[t]
+
+    def _joined(self, t: int) -> tuple[np.ndarray, np.ndarray]:
+        """Term `t`'s postings: its flat part, then what was added since."""
+        offsets, docs, counts = self._flat
+        lo, hi = (int(offsets[t]), int(offsets[t + 1])) if t + 1 < len(offsets) else (0, 0)
+        more_docs, more_counts = self._more.get(t, ((), ()))
+        return (np.concatenate([docs[lo:hi], np.asarray(more_docs, dtype=np.int32)]),
+                np.concatenate([counts[lo:hi], np.asarray(more_counts, dtype=np.int32)]))
 
     def arrays(self) -> dict[str, np.ndarray]:
         """The index as flat arrays (retrieval/snapshot.py writes them beside the store): its terms (UTF-8, one per
@@ -96,7 +101,7 @@ class LexicalIndex:
         texts' lengths."""
         offsets, docs, counts = self._flat
         if self._more:
-            parts = [self.postings(t) for t in range(len(self.vocab))]
+            parts = [self._joined(t) for t in range(len(self.vocab))]  # not kept: only the questions' terms are
             sizes = np.array([len(d) for d, _ in parts], dtype=np.int64)
             offsets = np.concatenate([[0], np.cumsum(sizes)])
             docs = np.concatenate([d for d, _ in parts]).astype(np.int32) if parts else docs
