@@ -370,6 +370,7 @@ def test_a_large_scopes_box_map_is_kept_beside_the_store_and_read_by_the_next_me
     q = "did Ann adopt a kitten named Pixel"
     before = memory.context(q, CONV, mode="box-hits").text
     (written,) = memory.path.glob("*.snapshot.npz")
+    assert written.stat().st_mode & 0o777 == 0o600  # the messages' terms: owner-only, as the store
     with monkeypatch.context() as patched, Memory(memory.path, memory.config, embedder=FakeEmbedder()) as reader:
         patched.setattr(boxhits, "box_map", lambda *a, **k: pytest.fail("the scope was read again"))
         assert reader.context(q, CONV, mode="box-hits").text == before

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..private import private_open
 from ..records import Box
 from .boxmap import BoxMap, extended
 from .lexical import LexicalIndex
@@ -48,7 +49,7 @@ def save(memory, bm: BoxMap, mode: str, erased: int) -> bool:
             "embedder": memory.embedder.model_name, "dim": int(bm.vectors.shape[1])}
     tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
     try:
-        with open(tmp, "wb") as fh:
+        with private_open(tmp, "wb") as fh:  # owner-only, as every file of a memory folder (private.py)
             np.savez(fh, meta=np.array(json.dumps(meta)),
                      message_ids=np.frombuffer(json.dumps([m.message_id for m in bm.messages]).encode(), dtype=np.uint8),
                      box_ids=np.array([b.id for b in bm.boxes], dtype=np.int64),
