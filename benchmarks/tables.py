@@ -233,14 +233,15 @@ def qa_categories() -> list[str]:
 
 BUDGET_ARMS = (("box-hits@1000 (saved 2026-12-06)", "first stage, 1000 tokens (the default before)"),
                ("box-hits@500 retrieve.evidence_model=out-of-fold", "**second stage (out of fold), 500 tokens (cpu-ce's budget)**"),
-               ("box-hits@250 retrieve.evidence_model=out-of-fold", "second stage (out of fold), 250 tokens"))
+               ("box-hits@250 retrieve.evidence_model=out-of-fold", "second stage (out of fold), 250 tokens"),
+               ("turn-rag@1000", "turn-rag, its ten best turns"))
 
 
 @table
 def qa_budget() -> list[str]:
     got = load("locomo-qa-budget-233.json")
     arms, diffs, base = got["arms"], got["differences"], BUDGET_ARMS[0][0]
-    out = head("box-hits + BM25, the 1.5B answering", "questions", "locomo F1", "mem0 F1", "BLEU-1",
+    out = head("the 1.5B answering from", "questions", "locomo F1", "mem0 F1", "BLEU-1",
                "evidence in context", "tokens", "F1 against the first, paired (standard error)")
     for arm, label in BUDGET_ARMS:
         if arm not in arms:
