@@ -19,7 +19,7 @@ from .judges import Decision, Judge, make_judge
 from .prompts import extract_prompt, extract_schema, extract_system
 from .records import Box, Message
 from .requests import EmbedRequest, Step
-from .worth import line_sentences, load_keep_model
+from .worth import flat, line_sentences, load_keep_model
 from .retrieval.layout import CHUNK_WORDS, chunk_session_messages, chunk_text
 from .store import Store
 
@@ -211,9 +211,8 @@ class Loom:
         """Per shown line, which of its sentences the keep model ([extract] keep_model, worth.py) keeps."""
         model = load_keep_model(self.cfg.extract.keep_model, self.cfg.embedder.model)
         split = [line_sentences(m.text) for m in shown]
-        texts = tuple(s for sentences in split for s in sentences)
-        flags = iter(model.kept(texts, (yield EmbedRequest(texts))) if texts else [])
-        return [[next(flags) for _ in sentences] for sentences in split]
+        texts = flat(split)
+        return model.kept_per_line(split, (yield EmbedRequest(texts)) if texts else None)
 
     def finish_pending(self) -> Step:
         """Extract boxes sealed earlier whose extraction never finished or failed (resume)."""

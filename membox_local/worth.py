@@ -29,6 +29,11 @@ def line_sentences(text: str) -> list[str]:
     return [s for s in SENTENCE.split(" ".join(text.split())) if s]
 
 
+def flat(split: Sequence[Sequence[str]]) -> tuple[str, ...]:
+    """Lines' sentences one after another (what is embedded for `KeepModel.kept_per_line`)."""
+    return tuple(x for sentences in split for x in sentences)
+
+
 def counts(texts: Sequence[str]) -> np.ndarray:
     """FEATURES of each text, in that order."""
     return np.array([[np.log1p(len(t.split())), np.log1p(len(content_words(t))), float(t.rstrip().endswith("?"))]
@@ -57,6 +62,12 @@ class KeepModel:
 
     def kept(self, texts: Sequence[str], vectors: np.ndarray) -> list[bool]:
         return [bool(p >= self.threshold) for p in self.scores(texts, vectors)]
+
+    def kept_per_line(self, split: Sequence[Sequence[str]], vectors) -> list[list[bool]]:
+        """`kept` for lines' sentences (`split`: each line's, as `line_sentences` cuts them), given the vectors of
+        all of them in order (`flat(split)`; None where there are none), as one list of flags per line."""
+        flags = iter(self.kept(flat(split), vectors) if vectors is not None else [])
+        return [[next(flags) for _ in sentences] for sentences in split]
 
     def to_json(self) -> dict:
         return {**self.meta, "embedder": self.embedder, "features": ["vector", *FEATURES],

@@ -112,15 +112,14 @@ def keep_flags(box: Box, cfg) -> list[list[bool]] | None:
     if not cfg.extract.keep_model:
         return None
     from ..embed import make_embedder
-    from ..worth import line_sentences, load_keep_model
+    from ..worth import flat, line_sentences, load_keep_model
 
     model = load_keep_model(cfg.extract.keep_model, cfg.embedder.model)
     if cfg.embedder.model not in _EMBEDDERS:
         _EMBEDDERS[cfg.embedder.model] = make_embedder(cfg.embedder)
     split = [line_sentences(m.text) for m in box.messages]
-    texts = [x for sentences in split for x in sentences]
-    flags = iter(model.kept(texts, _EMBEDDERS[cfg.embedder.model].encode(texts)) if texts else [])
-    return [[next(flags) for _ in sentences] for sentences in split]
+    texts = list(flat(split))
+    return model.kept_per_line(split, _EMBEDDERS[cfg.embedder.model].encode(texts) if texts else None)
 
 
 _EMBEDDERS: dict = {}

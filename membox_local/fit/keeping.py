@@ -121,13 +121,8 @@ def labelled(xs: list[np.ndarray], ys: list[np.ndarray]) -> tuple[np.ndarray, np
     return x[y >= 0], y[y >= 0]
 
 
-def vectors(mem, texts: list[str]) -> np.ndarray:
-    return mem.embedder.encode(texts)
-
-
 def main(args) -> int:
-    cfg = dataclasses.replace(load_config(args.config), retrieve=dataclasses.replace(
-        load_config(args.config).retrieve, evidence_model=""))
+    cfg = load_config(args.config, {"retrieve.evidence_model": ""})  # the builds are read by the first stage alone
     ec = dataclasses.replace(cfg.extract, events="lines")
     t0 = time.time()
     mems = open_memories(Path(args.data_dir), cfg, args.builds)
@@ -135,7 +130,7 @@ def main(args) -> int:
     for conv, (mem, sample) in mems.items():
         rows[conv] = conversation_rows(mem, sample)
         texts = [s for _, _, s, _ in rows[conv]["sentences"]]
-        xs[conv] = features(texts, vectors(mem, texts))
+        xs[conv] = features(texts, mem.embedder.encode(texts))
         ys[conv] = np.array([label for *_, label in rows[conv]["sentences"]], dtype=int)
         log(f"{conv}: {len(texts)} sentences, {int((ys[conv] == 1).sum())} asked about, "
             f"{int((ys[conv] < 0).sum())} others of evidence lines")
