@@ -1,10 +1,11 @@
 """The shipped MiniLM (all-MiniLM-L6-v2, a 6-layer BERT) in plain torch, read from its package folder (config.json,
 model.safetensors, tokenizer.json) by `tokenizers` and `safetensors` alone: the embedder (embed.py) and the
 cross-encoders (continuity.py) run it without importing transformers or sentence-transformers, whose imports took
-6.5 of a cold `membox ask`'s ~23 s on the 2-core VM (python -m cProfile; `import sentence_transformers` 8.2 s against
-`import torch` 1.6 s). The layers keep transformers' BertModel names, so the weights file loads as it is and the
-cross-encoders' adapters find their Linear layers by the same paths; tests/test_minilm.py holds the outputs to
-transformers' and sentence-transformers' within float tolerance.
+several seconds of a cold `membox ask` on the 2-core VM (`import sentence_transformers` 8.2 s against `import torch`
+1.6 s, timed with a job beside them; a cold ask side by side before and after: BENCHMARKS.md, "Latency"). The layers
+keep transformers' BertModel names, so the weights file loads as it is and the cross-encoders' adapters find their
+Linear layers by the same paths; tests/test_native.py holds the outputs to sentence-transformers' vectors and to
+transformers' BertModel states within float tolerance.
 
 Import this module inside functions: it imports torch.
 """

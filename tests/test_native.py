@@ -142,3 +142,25 @@ def test_without_glibc_the_heap_is_left_as_it_is(monkeypatch):
     assert native.give_back_freed_heap(0.0) is False
 
 
+
+
+@pytest.mark.integration
+def test_minilm_gives_transformers_token_states_for_pairs():
+    """The cross-encoders' encoder (minilm.load) against transformers' BertModel on the same folder: a batch of
+    (question, line) pairs, padded and cut as the evidence reading cuts them, gives the same last-layer states."""
+    import torch
+    from transformers import AutoModel
+
+    from membox_local import minilm
+    from membox_local.weights import resolve_model
+
+    folder = resolve_model("all-minilm-l6-v2")
+    model, tok = minilm.load(folder)
+    enc = tok(["What did Caroline paint?", "When did Tom adopt his cat?"],
+              ["Caroline: I painted a lake at sunrise last week. " * 20, "Tom: Pepper!"],
+              truncation="only_second", max_length=128)
+    reference = AutoModel.from_pretrained(str(folder)).eval()
+    with torch.no_grad():
+        ours, theirs = model(**enc), reference(**enc).last_hidden_state
+    mask = enc["attention_mask"].bool()
+    assert enc["input_ids"].shape[1] == 128 and torch.allclose(ours[mask], theirs[mask], atol=1e-4)
